@@ -1,0 +1,265 @@
+//! Where every word of a region lives, and the size formula.
+//!
+//! A region is an array of little-endian 64-bit words: a 4096-byte header,
+//! then `slots` slots of `slot_stride` bytes each. All offsets below are in
+//! words unless a name says bytes. `docs/design.md` draws the same map.
+
+use crate::word::MAX_COUNT;
+
+/// Bytes in the header; slots begin here.
+pub(crate) const HEADER_BYTES: usize = 4096;
+pub(crate) const HEADER_WORDS: usize = HEADER_BYTES / 8;
+
+/// `"EDGEMARK"` in little-endian.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"EDGEMARK");
+/// The region format this build reads and writes.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+// Header words. Geometry and identity are written once before the version
+// word is published and never change after.
+pub(crate) const H_MAGIC: usize = 0;
+pub(crate) const H_VERSION: usize = 1;
+pub(crate) const H_HEADER_BYTES: usize = 2;
+pub(crate) const H_FILE_BYTES: usize = 3;
+pub(crate) const H_SLOTS: usize = 4;
+pub(crate) const H_SEGMENTS: usize = 5;
+pub(crate) const H_EDGES: usize = 6;
+pub(crate) const H_EVENTS: usize = 7;
+pub(crate) const H_DOMAINS: usize = 8;
+pub(crate) const H_SLOT_STRIDE: usize = 9;
+pub(crate) const H_SLOTS_OFFSET: usize = 10;
+pub(crate) const H_REGION_ID: usize = 11;
+pub(crate) const H_BOOT_ID: usize = 12; // two words
+pub(crate) const H_TIME_NS: usize = 14;
+pub(crate) const H_CREATED_UNIX_NS: usize = 15;
+pub(crate) const H_CREATOR_PID: usize = 16;
+pub(crate) const H_FLAGS: usize = 17;
+// Written at run time, each group on its own cache line, away from the
+// read-mostly words above.
+/// The begin cursor: where the next `begin` starts its search.
+pub(crate) const H_CURSOR: usize = 32;
+/// Segments dropped from the window of kept segments.
+pub(crate) const H_DROPPED: usize = 40;
+/// One counter per counted refusal, in [`crate::Outcome::COUNTED`] order.
+pub(crate) const H_COUNTERS: usize = 41;
+pub(crate) const MAX_COUNTERS: usize = 23;
+/// Edge table: one word per edge, `from | to << 32`.
+pub(crate) const H_EDGE_TABLE: usize = 64;
+/// Most edges a region can declare.
+pub const MAX_EDGES: usize = 64;
+/// Domain table: four words (32 bytes, NUL-padded UTF-8) per domain.
+pub(crate) const H_DOMAIN_TABLE: usize = 128;
+pub(crate) const NAME_WORDS: usize = 4;
+/// Event table: four name words and one word `domain | keeps_chunk << 8`.
+pub(crate) const H_EVENT_TABLE: usize = 160;
+pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
+
+/// Most slots a region can have.
+pub const MAX_SLOTS: u32 = 1 << 20;
+/// Most segments a region can keep per edge of a request.
+pub const MAX_SEGMENTS: u32 = 64;
+/// Largest region this build creates or attaches, in bytes.
+pub(crate) const MAX_REGION_BYTES: u64 = 1 << 34;
+
+// Slot words, from the start of a slot.
+const S_HEAD: usize = 0;
+const S_ORIGIN: usize = 1;
+const S_OWNER_PID: usize = 2;
+const S_OWNER_START: usize = 3;
+const S_SEG: usize = 4;
+/// Slots are padded to this many words (128 bytes: two cache lines, so that
+/// the adjacent-line prefetcher never couples two requests either).
+const SLOT_ALIGN_WORDS: usize = 16;
+
+/// The validated geometry of a region, and the arithmetic of its offsets.
+///
+/// Invariant: `total_words` is the length of the region's word array, and
+/// every offset this type returns for in-range arguments is below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub(crate) slots: u32,
+    pub(crate) segments: u32,
+    pub(crate) edges: u32,
+    pub(crate) events: u32,
+    pub(crate) slot_words: usize,
+    pub(crate) total_words: usize,
+}
+
+/// A geometry outside what a region can hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BadGeometry(pub(crate) String);
+
+impl Layout {
+    pub(crate) fn new(
+        slots: u32,
+        segments: u32,
+        edges: u32,
+        events: u32,
+    ) -> Result<Layout, BadGeometry> {
+        let bad = |what: &str, v: u32, max: u64| {
+            Err(BadGeometry(format!(
+                "{what} is {v}; it must be between 1 and {max}"
+            )))
+        };
+        if slots == 0 || slots > MAX_SLOTS {
+            return bad("the slot count", slots, MAX_SLOTS.into());
+        }
+        if segments == 0 || segments > MAX_SEGMENTS {
+            return bad("the segment count", segments, MAX_SEGMENTS.into());
+        }
+        if edges == 0 || edges as usize > MAX_EDGES {
+            return bad("the edge count", edges, MAX_EDGES as u64);
+        }
+        if events == 0 || events as usize > crate::schema::MAX_EVENTS {
+            return bad("the event count", events, crate::schema::MAX_EVENTS as u64);
+        }
+        let (e, k, n) = (edges as usize, segments as usize, events as usize);
+        let raw = S_SEG + e + e * k * (1 + n);
+        let slot_words = raw.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
+        let bytes = HEADER_BYTES as u64 + slots as u64 * slot_words as u64 * 8;
+        if bytes > MAX_REGION_BYTES {
+            return Err(BadGeometry(format!(
+                "the region would be {bytes} bytes; at most {MAX_REGION_BYTES} are allowed"
+            )));
+        }
+        Ok(Layout {
+            slots,
+            segments,
+            edges,
+            events,
+            slot_words,
+            total_words: HEADER_WORDS + slots as usize * slot_words,
+        })
+    }
+
+    /// The region's size in bytes: `4096 + slots * slot_stride`.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.total_words as u64 * 8
+    }
+
+    pub(crate) fn slot_stride_bytes(&self) -> u64 {
+        self.slot_words as u64 * 8
+    }
+
+    #[inline]
+    fn slot(&self, slot: u32) -> usize {
+        HEADER_WORDS + slot as usize * self.slot_words
+    }
+    #[inline]
+    pub(crate) fn head(&self, slot: u32) -> usize {
+        self.slot(slot) + S_HEAD
+    }
+    #[inline]
+    pub(crate) fn origin(&self, slot: u32) -> usize {
+        self.slot(slot) + S_ORIGIN
+    }
+    #[inline]
+    pub(crate) fn owner_pid(&self, slot: u32) -> usize {
+        self.slot(slot) + S_OWNER_PID
+    }
+    #[inline]
+    pub(crate) fn owner_start(&self, slot: u32) -> usize {
+        self.slot(slot) + S_OWNER_START
+    }
+    /// The segment word of `edge`: the current segment's count and index.
+    #[inline]
+    pub(crate) fn seg(&self, slot: u32, edge: usize) -> usize {
+        self.slot(slot) + S_SEG + edge
+    }
+    /// The entry word of ring entry `entry` of `edge`: which segment it holds.
+    #[inline]
+    pub(crate) fn entry(&self, slot: u32, edge: usize, entry: usize) -> usize {
+        let n = self.events as usize;
+        self.slot(slot)
+            + S_SEG
+            + self.edges as usize
+            + (edge * self.segments as usize + entry) * (1 + n)
+    }
+    /// The cell of `event` in ring entry `entry` of `edge`.
+    #[inline]
+    pub(crate) fn cell(&self, slot: u32, edge: usize, entry: usize, event: usize) -> usize {
+        self.entry(slot, edge, entry) + 1 + event
+    }
+
+    /// The ring entry that holds segment count `count`.
+    #[inline]
+    pub(crate) fn ring(&self, count: u32) -> usize {
+        (count % self.segments) as usize
+    }
+
+    /// The counts of the kept segments when the current count is `count`:
+    /// the newest `segments` of them.
+    #[inline]
+    pub(crate) fn window(&self, count: u32) -> std::ops::RangeInclusive<u32> {
+        (count + 1).saturating_sub(self.segments)..=count
+    }
+}
+
+const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_EDGE_TABLE);
+const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_DOMAIN_TABLE);
+const _: () = assert!(H_DOMAIN_TABLE + crate::schema::MAX_DOMAINS * NAME_WORDS <= H_EVENT_TABLE);
+const _: () = assert!(H_EVENT_TABLE + crate::schema::MAX_EVENTS * EVENT_WORDS <= HEADER_WORDS);
+const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
+
+/// Packs a name into four words of NUL-padded UTF-8.
+pub(crate) fn pack_name(name: &str) -> [u64; NAME_WORDS] {
+    let mut bytes = [0u8; NAME_WORDS * 8];
+    bytes[..name.len()].copy_from_slice(name.as_bytes());
+    let mut out = [0u64; NAME_WORDS];
+    for (i, w) in out.iter_mut().enumerate() {
+        *w = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    }
+    out
+}
+
+/// Unpacks a name; `None` unless it is 1..=32 bytes of UTF-8 followed only
+/// by NUL padding.
+pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
+    let mut bytes = [0u8; NAME_WORDS * 8];
+    for (i, w) in words.iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    if len == 0 || bytes[len..].iter().any(|&b| b != 0) {
+        return None;
+    }
+    String::from_utf8(bytes[..len].to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_geometry_is_a_few_mebibytes_and_slots_are_line_aligned() {
+        let l = Layout::new(4096, 4, 2, 4).unwrap();
+        // 4 control words + 2 segment words + 2 edges * 4 entries * 5 words = 46,
+        // padded to 48 words = 384 bytes.
+        assert_eq!(l.slot_stride_bytes(), 384);
+        assert_eq!(l.bytes(), 4096 + 4096 * 384);
+        assert_eq!(l.slot_stride_bytes() % 128, 0);
+        let last = l.cell(4095, 1, 3, 3);
+        assert!(last < l.total_words);
+    }
+
+    #[test]
+    fn geometry_limits_are_enforced() {
+        assert!(Layout::new(0, 4, 2, 4).is_err());
+        assert!(Layout::new(1, 0, 2, 4).is_err());
+        assert!(Layout::new(1, 65, 2, 4).is_err());
+        assert!(Layout::new(1, 4, 0, 4).is_err());
+        assert!(Layout::new(1, 4, 65, 4).is_err());
+        assert!(Layout::new(1, 4, 2, 17).is_err());
+        assert!(Layout::new(MAX_SLOTS, 64, 64, 16).is_err());
+    }
+
+    #[test]
+    fn names_round_trip_and_garbage_is_refused() {
+        assert_eq!(unpack_name(pack_name("sender")).as_deref(), Some("sender"));
+        let long = "x".repeat(32);
+        assert_eq!(unpack_name(pack_name(&long)), Some(long));
+        assert_eq!(unpack_name([0; 4]), None);
+        assert_eq!(unpack_name([0x00ff, 0, 0, 0]), None);
+        assert_eq!(unpack_name([0x41 | (0x41 << 16), 0, 0, 0]), None);
+    }
+}

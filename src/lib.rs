@@ -1,0 +1,94 @@
+//! # edgemark
+//!
+//! A lock-free, shared-memory recorder of once-only "first event" timestamps
+//! for the directed stage edges of a multi-stage streaming inference
+//! pipeline.
+//!
+//! An orchestrator creates a region (a memory-mapped file); for each request
+//! it [`begin`](Recorder::begin)s, it hands the small [`Token`] to the stage
+//! workers inside the dispatch message they already get. Workers
+//! [`attach`](Recorder::attach) to the region by path and
+//! [`record`](Recorder::record) each first event with one compare-and-swap,
+//! without sending anything to the orchestrator. Generation counters fence
+//! stale tokens, retired segments and reused slots. Any process can take a
+//! detached [`Snapshot`], which serialises exactly as the upstream recorder's
+//! `metrics["stream_edge_metrics"]`.
+//!
+//! ```
+//! use edgemark::{Edge, Event::*, Mark, Outcome, Recorder};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("pipeline.region");
+//! // The orchestrator.
+//! let owner = Recorder::builder().edge(0, 1).edge(1, 2).create(&path)?;
+//! let token = owner.begin().expect("a free slot");
+//! let wire = token.to_string(); // travels in the dispatch message
+//!
+//! // A stage worker, normally in another process.
+//! let worker = Recorder::attach(&path)?;
+//! let token: edgemark::Token = wire.parse()?;
+//! let e01 = Edge::new(0, 1);
+//! assert_eq!(worker.record(token, Mark::new(e01, ProducerFirstNonemptyEmit).chunk_seq(0)), Outcome::Recorded);
+//! assert_eq!(worker.record(token, Mark::new(e01, EdgeFirstSendComplete)), Outcome::Recorded);
+//! assert_eq!(worker.record(token, Mark::new(e01, EdgeFirstSendComplete)), Outcome::Duplicate);
+//!
+//! // The orchestrator closes the request on every removal path.
+//! let last = owner.close(token);
+//! let seg = last.segment(e01, 0).unwrap();
+//! assert!(seg.elapsed_between(ProducerFirstNonemptyEmit, EdgeFirstSendComplete).is_some());
+//! println!("{}", serde_json::to_string(&last)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The layers, bottom up: [`word`](crate) encodings, the protocol over a
+//! slice of atomics (`docs/design.md` states it in full), the region
+//! (create, attach, validate, map), and this crate's public types.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod clock;
+mod layout;
+mod outcome;
+mod protocol;
+mod recorder;
+mod region;
+mod schema;
+mod snapshot;
+mod sync;
+mod token;
+mod word;
+
+pub use clock::{monotonic_ns, ClockIdentity};
+pub use layout::{MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+pub use outcome::Outcome;
+pub use recorder::{Counters, Edge, Mark, Recorder, RegionBuilder, RegionInfo};
+pub use region::{AttachError, AttachOptions, CreateError};
+pub use schema::{
+    DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,
+    MAX_EVENTS, MAX_NAME_LEN,
+};
+pub use snapshot::{elapsed_between, EdgeSegment, Observed, RequestState, Snapshot};
+pub use token::{ParseTokenError, Token};
+
+/// The longest elapsed time a value holds, in milliseconds (about 38.2
+/// hours); longer ones are refused as [`Outcome::OutOfRange`].
+pub const MAX_ELAPSED_MS: f64 = word::MAX_ELAPSED_US as f64 / 1000.0;
+/// The largest chunk sequence number a value holds.
+pub const MAX_CHUNK_SEQ: u64 = word::MAX_CHUNK_SEQ;
+
+/// The default directory for region files: `/dev/shm` where it exists (a
+/// memory-backed filesystem), else the system's temporary directory.
+pub fn default_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
+}

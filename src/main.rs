@@ -1,0 +1,4 @@
+//! The `edgemark` command.
+fn main() {
+    println!("edgemark {}", env!("CARGO_PKG_VERSION"));
+}

@@ -1,0 +1,644 @@
+//! The public recorder: the handle every process uses.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::layout::{Layout, H_COUNTERS, H_DROPPED};
+use crate::outcome::Outcome;
+use crate::protocol::Proto;
+use crate::region::{self, AttachError, AttachOptions, CreateError, Header, Storage};
+use crate::schema::{EventId, Schema};
+use crate::snapshot::{RequestState, Snapshot};
+use crate::sync::Ordering;
+use crate::token::Token;
+use crate::word;
+use crate::{clock, ClockIdentity};
+
+/// A directed stage edge, `from -> to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Edge {
+    /// The producing stage.
+    pub from: u32,
+    /// The consuming stage.
+    pub to: u32,
+}
+
+impl Edge {
+    /// The edge `from -> to`.
+    pub const fn new(from: u32, to: u32) -> Edge {
+        Edge { from, to }
+    }
+}
+
+impl From<(u32, u32)> for Edge {
+    fn from((from, to): (u32, u32)) -> Edge {
+        Edge { from, to }
+    }
+}
+
+impl fmt::Display for Edge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}->{}", self.from, self.to)
+    }
+}
+
+/// What one record call observed: the edge, segment and event, whether the
+/// payload was meaningful and, for the producer event, its chunk sequence.
+///
+/// ```
+/// use edgemark::{Edge, Event, Mark};
+/// let m = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit)
+///     .segment(0)
+///     .chunk_seq(3);
+/// assert!(m.is_meaningful());
+/// let heartbeat = m.meaningful(false); // recorded as nothing
+/// assert!(!heartbeat.is_meaningful());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    edge: Edge,
+    segment: u32,
+    event: EventId,
+    meaningful: bool,
+    chunk_seq: Option<u64>,
+}
+
+impl Mark {
+    /// A meaningful observation of `event` on segment 0 of `edge`, without a
+    /// chunk sequence.
+    pub fn new(edge: impl Into<Edge>, event: impl Into<EventId>) -> Mark {
+        Mark {
+            edge: edge.into(),
+            segment: 0,
+            event: event.into(),
+            meaningful: true,
+            chunk_seq: None,
+        }
+    }
+    /// On segment `segment` instead of 0.
+    pub fn segment(mut self, segment: u32) -> Mark {
+        self.segment = segment;
+        self
+    }
+    /// Whether the payload counts: heartbeats, retries, metadata-only and
+    /// empty terminal payloads do not, and leave no state.
+    pub fn meaningful(mut self, meaningful: bool) -> Mark {
+        self.meaningful = meaningful;
+        self
+    }
+    /// The payload's chunk sequence number, kept by events that keep one
+    /// (the producer event) and ignored by the others.
+    pub fn chunk_seq(mut self, seq: u64) -> Mark {
+        self.chunk_seq = Some(seq);
+        self
+    }
+    /// Whether the payload counts.
+    pub fn is_meaningful(&self) -> bool {
+        self.meaningful
+    }
+}
+
+/// Builds a new region: its edges, slots, kept segments and schema.
+///
+/// ```
+/// use edgemark::Recorder;
+/// let dir = tempfile::tempdir().unwrap();
+/// let rec = Recorder::builder()
+///     .edge(0, 1)
+///     .edge(1, 2)
+///     .slots(64)
+///     .create(dir.path().join("pipeline.region"))
+///     .unwrap();
+/// assert_eq!(rec.edges().len(), 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct RegionBuilder {
+    edges: Vec<Edge>,
+    slots: u32,
+    segments: u32,
+    schema: Schema,
+    group_access: bool,
+    /// A domain name `domain` refused, reported by `create`.
+    bad_domain: Option<String>,
+}
+
+impl Default for RegionBuilder {
+    fn default() -> RegionBuilder {
+        RegionBuilder {
+            edges: Vec::new(),
+            slots: 4096,
+            segments: 4,
+            schema: Schema::stream_edges(),
+            group_access: false,
+            bad_domain: None,
+        }
+    }
+}
+
+impl RegionBuilder {
+    /// No edges yet, 4096 slots, 4 kept segments per edge, the default schema.
+    pub fn new() -> RegionBuilder {
+        RegionBuilder::default()
+    }
+    /// Declares the directed edge `from -> to`.
+    pub fn edge(mut self, from: u32, to: u32) -> RegionBuilder {
+        self.edges.push(Edge::new(from, to));
+        self
+    }
+    /// Declares several edges.
+    pub fn edges(mut self, edges: impl IntoIterator<Item = impl Into<Edge>>) -> RegionBuilder {
+        self.edges.extend(edges.into_iter().map(Into::into));
+        self
+    }
+    /// The number of request slots: how many requests can be open at once.
+    pub fn slots(mut self, slots: u32) -> RegionBuilder {
+        self.slots = slots;
+        self
+    }
+    /// How many of the newest segments each edge of a request keeps.
+    pub fn segments(mut self, segments: u32) -> RegionBuilder {
+        self.segments = segments;
+        self
+    }
+    /// The schema (default: [`Schema::stream_edges`]).
+    pub fn schema(mut self, schema: Schema) -> RegionBuilder {
+        self.schema = schema;
+        self
+    }
+    /// Declares a clock domain for values measured elsewhere. Invalid names
+    /// are reported by `create`.
+    pub fn domain(mut self, name: &str) -> RegionBuilder {
+        match self.schema.clone().with_domain(name) {
+            Ok(s) => self.schema = s,
+            Err(_) => self.bad_domain = Some(name.to_owned()),
+        }
+        self
+    }
+    /// Lets the file's group read and write the region (owner-only by
+    /// default).
+    pub fn group_access(mut self, yes: bool) -> RegionBuilder {
+        self.group_access = yes;
+        self
+    }
+
+    fn header(&self) -> Result<Header, CreateError> {
+        if let Some(bad) = &self.bad_domain {
+            return Err(CreateError::Schema(crate::SchemaError::BadName(bad.clone())));
+        }
+        region::new_header(
+            &self.edges,
+            self.slots,
+            self.segments,
+            &self.schema,
+            self.group_access,
+        )
+    }
+
+    /// Creates the region file at `path` (a new file, owner-only unless
+    /// group access was asked for) and returns a recorder on it.
+    #[cfg(not(edgemark_loom))]
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<Recorder, CreateError> {
+        let path = path.as_ref();
+        let header = self.header()?;
+        let storage = region::create_file(path, &header)?;
+        Ok(Recorder::from_header(storage, header, Some(path.to_owned()), true))
+    }
+
+    /// Creates a region on the heap, private to this process: the same
+    /// protocol without a file (for tests, benchmarks and single-process
+    /// use).
+    pub fn create_in_memory(&self) -> Result<Recorder, CreateError> {
+        let header = self.header()?;
+        let words = crate::sync::zeroed_words(header.layout.total_words);
+        region::write_header(&words, &header);
+        Ok(Recorder::from_header(
+            Storage::Heap(words),
+            header,
+            None,
+            true,
+        ))
+    }
+}
+
+struct Inner {
+    storage: Storage,
+    layout: Layout,
+    schema: Arc<Schema>,
+    edges: Vec<Edge>,
+    region_id: u64,
+    shared_clock: bool,
+    header: Header,
+    path: Option<PathBuf>,
+}
+
+/// A handle on a region: begins, records into, segments, closes and
+/// snapshots requests. Cheap to clone (one `Arc`), `Send` and `Sync`.
+///
+/// A [`Recorder::disabled`] recorder is a value of the same type whose calls
+/// do nothing and cost about a branch, for collection that is off by default.
+///
+/// ```
+/// use edgemark::{Edge, Event, Mark, Outcome, Recorder};
+/// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+/// let token = rec.begin().unwrap();
+/// let edge = Edge::new(0, 1);
+/// let emit = Mark::new(edge, Event::ProducerFirstNonemptyEmit).chunk_seq(3);
+/// assert_eq!(rec.record(token, emit), Outcome::Recorded);
+/// assert_eq!(rec.record(token, emit), Outcome::Duplicate);
+/// let last = rec.close(token);
+/// assert_eq!(last.segment(edge, 0).unwrap().first_chunk_seq(), Some(3));
+/// assert_eq!(rec.record(token, Mark::new(edge, Event::ConsumerFirstAccept)), Outcome::Closed);
+/// ```
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Option<Arc<Inner>>,
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            None => f.write_str("Recorder(disabled)"),
+            Some(i) => f
+                .debug_struct("Recorder")
+                .field("path", &i.path)
+                .field("region_id", &format_args!("{:016x}", i.region_id))
+                .field("edges", &i.edges)
+                .field("storage", &i.storage)
+                .finish(),
+        }
+    }
+}
+
+/// The geometry and identity of a region, as its header declares them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// The region's random ID (tokens carry it).
+    pub region_id: u64,
+    /// Request slots.
+    pub slots: u32,
+    /// Segments kept per edge of a request.
+    pub segments: u32,
+    /// Bytes per slot.
+    pub slot_stride: u64,
+    /// Bytes in all.
+    pub bytes: u64,
+    /// The clock the region's `host_monotonic` domain is.
+    pub clock: ClockIdentity,
+    /// Whether this process shares that clock.
+    pub shares_clock: bool,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// The creating process.
+    pub creator_pid: u64,
+    /// Whether the file's group may use it.
+    pub group_access: bool,
+}
+
+/// The region's counters: refused records by reason and dropped segments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Count of each counted refusal, in [`Outcome::COUNTED`] order.
+    pub refused: Vec<(Outcome, u64)>,
+    /// Segments that left a request's window of kept segments.
+    pub dropped_segments: u64,
+}
+
+impl Recorder {
+    /// A builder for a new region.
+    pub fn builder() -> RegionBuilder {
+        RegionBuilder::new()
+    }
+
+    /// Attaches to an existing region file with default options: the same as
+    /// `AttachOptions::new().attach(path)`.
+    #[cfg(not(edgemark_loom))]
+    pub fn attach(path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
+        AttachOptions::new().attach(path)
+    }
+
+    /// A recorder that records nothing: every call returns
+    /// [`Outcome::Disabled`] or an empty snapshot.
+    pub const fn disabled() -> Recorder {
+        Recorder { inner: None }
+    }
+
+    fn from_header(storage: Storage, header: Header, path: Option<PathBuf>, shared_clock: bool) -> Recorder {
+        Recorder {
+            inner: Some(Arc::new(Inner {
+                layout: header.layout,
+                schema: Arc::new(header.schema.clone()),
+                edges: header.edges.clone(),
+                region_id: header.region_id,
+                shared_clock,
+                storage,
+                header,
+                path,
+            })),
+        }
+    }
+
+    pub(crate) fn from_parts(
+        storage: Storage,
+        header: Header,
+        path: Option<PathBuf>,
+        opts: &AttachOptions,
+    ) -> Result<Recorder, AttachError> {
+        let shared_clock = opts.check(&header)?;
+        Ok(Recorder::from_header(storage, header, path, shared_clock))
+    }
+
+    /// Whether this recorder records (it is not [`Recorder::disabled`]).
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    #[inline]
+    fn proto<'a>(inner: &'a Inner) -> Proto<'a> {
+        Proto {
+            words: inner.storage.words(),
+            layout: &inner.layout,
+        }
+    }
+
+    /// Begins a request: claims a free slot, sets the request's origin to
+    /// now on the shared clock, and mints its token.
+    ///
+    /// Fails open: a full region gives [`Outcome::RegionFull`] (counted), a
+    /// disabled recorder [`Outcome::Disabled`]; the request then runs
+    /// unrecorded.
+    pub fn begin(&self) -> Result<Token, Outcome> {
+        let inner = self.inner.as_deref().ok_or(Outcome::Disabled)?;
+        let p = Recorder::proto(inner);
+        match p.begin(clock::monotonic_ns(), clock::owner_identity()) {
+            Some((slot, gen)) => Ok(Token {
+                region: inner.region_id,
+                slot,
+                gen,
+            }),
+            None => Err(p.count(Outcome::RegionFull)),
+        }
+    }
+
+    /// Checks a token and a mark against the region; on success gives the
+    /// edge's index.
+    #[inline]
+    fn check(inner: &Inner, token: Token, mark: &Mark) -> Result<usize, Outcome> {
+        if token.region != inner.region_id {
+            return Err(Outcome::ForeignToken);
+        }
+        if token.slot >= inner.layout.slots || token.gen == 0 {
+            return Err(Outcome::Invalid);
+        }
+        if mark.event.0 as u32 >= inner.layout.events {
+            return Err(Outcome::UnknownEvent);
+        }
+        inner
+            .edges
+            .iter()
+            .position(|e| *e == mark.edge)
+            .ok_or(Outcome::UnknownEdge)
+    }
+
+    /// The chunk field of a value word, checked.
+    #[inline]
+    fn chunk(inner: &Inner, mark: &Mark) -> Result<Option<u64>, Outcome> {
+        let spec = &inner.schema.events()[mark.event.0 as usize];
+        match mark.chunk_seq {
+            Some(c) if spec.keeps_chunk_seq() => {
+                if c > word::MAX_CHUNK_SEQ {
+                    Err(Outcome::OutOfRange)
+                } else {
+                    Ok(Some(c))
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Records `mark` for the request `token` at the current time on the
+    /// shared clock (elapsed from the request's origin).
+    ///
+    /// The record path is one compare-and-swap on the event's cell plus the
+    /// clock read: no lock, no allocation, no system call, no shared counter
+    /// written on success. It never panics; see [`Outcome`] for what it can
+    /// say.
+    #[inline]
+    pub fn record(&self, token: Token, mark: Mark) -> Outcome {
+        let Some(inner) = self.inner.as_deref() else {
+            return Outcome::Disabled;
+        };
+        if !mark.meaningful {
+            return Outcome::NotMeaningful;
+        }
+        let p = Recorder::proto(inner);
+        let edge = match Recorder::check(inner, token, &mark) {
+            Ok(e) => e,
+            Err(why) => return p.count(why),
+        };
+        let domain = inner.schema.events()[mark.event.0 as usize].domain();
+        if !inner.shared_clock || domain.0 != 0 {
+            return p.count(Outcome::ClockMismatch);
+        }
+        let chunk = match Recorder::chunk(inner, &mark) {
+            Ok(c) => c,
+            Err(why) => return p.count(why),
+        };
+        p.record(token.slot, token.gen, edge, mark.segment, mark.event.0 as usize, |origin| {
+            let now = clock::monotonic_ns();
+            if now < origin {
+                return Err(Outcome::Invalid);
+            }
+            let us = (now - origin) / 1000;
+            if us > word::MAX_ELAPSED_US {
+                return Err(Outcome::OutOfRange);
+            }
+            Ok(word::value(0, chunk, us))
+        })
+    }
+
+    /// Records `mark` with an elapsed time measured elsewhere: `elapsed_ms`
+    /// milliseconds from the request's origin in the clock domain `domain`
+    /// (declared in the region), for worker-local durations and other
+    /// clocks.
+    ///
+    /// A negative, infinite or NaN elapsed time is refused as
+    /// [`Outcome::Invalid`] and leaves no state. Values are kept to the
+    /// microsecond.
+    pub fn record_elapsed(&self, token: Token, mark: Mark, elapsed_ms: f64, domain: &str) -> Outcome {
+        let Some(inner) = self.inner.as_deref() else {
+            return Outcome::Disabled;
+        };
+        if !mark.meaningful {
+            return Outcome::NotMeaningful;
+        }
+        let p = Recorder::proto(inner);
+        if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
+            return p.count(Outcome::Invalid);
+        }
+        let edge = match Recorder::check(inner, token, &mark) {
+            Ok(e) => e,
+            Err(why) => return p.count(why),
+        };
+        let Some(domain) = inner.schema.domain(domain) else {
+            return p.count(Outcome::UnknownDomain);
+        };
+        if domain.0 == 0 && !inner.shared_clock {
+            return p.count(Outcome::ClockMismatch);
+        }
+        let us = (elapsed_ms * 1000.0).round();
+        if us > word::MAX_ELAPSED_US as f64 {
+            return p.count(Outcome::OutOfRange);
+        }
+        let chunk = match Recorder::chunk(inner, &mark) {
+            Ok(c) => c,
+            Err(why) => return p.count(why),
+        };
+        let value = word::value(domain.0, chunk, us as u64);
+        p.record(token.slot, token.gen, edge, mark.segment, mark.event.0 as usize, |_| Ok(value))
+    }
+
+    /// Starts segment `segment` on `edge` of the request: a control
+    /// operation (recording never advances a segment). The old segment is
+    /// fenced: later records for it are refused as
+    /// [`Outcome::StaleSegment`]. The newest segments are kept (see
+    /// [`RegionBuilder::segments`]); older ones are dropped and counted.
+    ///
+    /// `segment` must be greater than the current one; otherwise the call
+    /// is refused as [`Outcome::StaleSegment`].
+    pub fn start_segment(&self, token: Token, edge: impl Into<Edge>, segment: u32) -> Outcome {
+        let Some(inner) = self.inner.as_deref() else {
+            return Outcome::Disabled;
+        };
+        let p = Recorder::proto(inner);
+        let edge = edge.into();
+        let mark = Mark::new(edge, EventId(0));
+        let edge = match Recorder::check(inner, token, &mark) {
+            Ok(e) => e,
+            Err(why) => return p.count(why),
+        };
+        p.start_segment(token.slot, token.gen, edge, segment)
+    }
+
+    /// Closes the request and returns its final snapshot.
+    ///
+    /// Idempotent: closing a closed, reused or foreign token returns an empty
+    /// snapshot in state [`RequestState::Gone`]. Every removal path
+    /// (completion, abort, disconnect, timeout, error) should call it; it
+    /// never fails the rest of a cleanup. Late records are refused, and the
+    /// slot can be reused at once.
+    pub fn close(&self, token: Token) -> Snapshot {
+        let Some(inner) = self.valid(token) else {
+            return Snapshot::gone();
+        };
+        match Recorder::proto(inner).close(token.slot, token.gen) {
+            Ok(raw) => Snapshot::from_raw(raw, RequestState::Closed, &inner.schema, &inner.edges),
+            Err(_) => Snapshot::gone(),
+        }
+    }
+
+    /// A detached snapshot of the request as it is now. An empty snapshot in
+    /// state [`RequestState::Gone`] if the token names no open request.
+    pub fn snapshot(&self, token: Token) -> Snapshot {
+        let Some(inner) = self.valid(token) else {
+            return Snapshot::gone();
+        };
+        match Recorder::proto(inner).snapshot(token.slot, token.gen) {
+            Some(raw) => Snapshot::from_raw(raw, RequestState::Open, &inner.schema, &inner.edges),
+            None => Snapshot::gone(),
+        }
+    }
+
+    fn valid(&self, token: Token) -> Option<&Inner> {
+        let inner = self.inner.as_deref()?;
+        (token.region == inner.region_id && token.slot < inner.layout.slots && token.gen != 0)
+            .then_some(inner)
+    }
+
+    /// The tokens of every open request (a sweep of all slots).
+    pub fn open_requests(&self) -> Vec<Token> {
+        let Some(inner) = self.inner.as_deref() else {
+            return Vec::new();
+        };
+        Recorder::proto(inner)
+            .open_slots()
+            .map(|(slot, gen)| Token {
+                region: inner.region_id,
+                slot,
+                gen,
+            })
+            .collect()
+    }
+
+    /// Snapshots of every open request: one sweep of the region.
+    pub fn snapshot_open(&self) -> Vec<(Token, Snapshot)> {
+        self.open_requests()
+            .into_iter()
+            .map(|t| (t, self.snapshot(t)))
+            .filter(|(_, s)| s.state() == RequestState::Open)
+            .collect()
+    }
+
+    /// The owner identity (pid, process start time in clock ticks) that
+    /// began the request in `token`'s slot.
+    pub fn owner(&self, token: Token) -> Option<(u64, u64)> {
+        let inner = self.valid(token)?;
+        Some(Recorder::proto(inner).owner(token.slot))
+    }
+
+    /// The region's schema; `None` when disabled.
+    pub fn schema(&self) -> Option<&Schema> {
+        self.inner.as_deref().map(|i| &*i.schema)
+    }
+
+    /// The declared edges, in order; empty when disabled.
+    pub fn edges(&self) -> &[Edge] {
+        self.inner.as_deref().map_or(&[], |i| &i.edges)
+    }
+
+    /// The id of the event called `name` in the region's schema.
+    pub fn event(&self, name: &str) -> Option<EventId> {
+        self.schema()?.event(name)
+    }
+
+    /// The region file's path, for a file-backed region.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.as_deref()?.path.as_deref()
+    }
+
+    /// The region's geometry and identity; `None` when disabled.
+    pub fn info(&self) -> Option<RegionInfo> {
+        let i = self.inner.as_deref()?;
+        let h = &i.header;
+        Some(RegionInfo {
+            region_id: h.region_id,
+            slots: h.layout.slots,
+            segments: h.layout.segments,
+            slot_stride: h.layout.slot_stride_bytes(),
+            bytes: h.layout.bytes(),
+            clock: h.clock,
+            shares_clock: i.shared_clock,
+            created_unix_ns: h.created_unix_ns,
+            creator_pid: h.creator_pid,
+            group_access: h.group_access,
+        })
+    }
+
+    /// The region's counters of refused records and dropped segments.
+    pub fn counters(&self) -> Counters {
+        let Some(inner) = self.inner.as_deref() else {
+            return Counters::default();
+        };
+        let w = inner.storage.words();
+        // Relaxed: statistics.
+        Counters {
+            refused: Outcome::COUNTED
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (*o, w[H_COUNTERS + i].load(Ordering::Relaxed)))
+                .collect(),
+            dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Detached snapshots and their JSON form.
+
+use std::sync::Arc;
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+use crate::protocol::RawSnapshot;
+use crate::schema::{DomainId, EventId, Schema};
+use crate::Edge;
+
+/// Whether the request a snapshot describes is still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequestState {
+    /// The request is open: later snapshots may show more events.
+    Open,
+    /// This is the final snapshot, returned by the close that ended it.
+    Closed,
+    /// The token names no open request (closed before, reused, foreign, or
+    /// the recorder is disabled): the snapshot is empty.
+    Gone,
+}
+
+/// One recorded value: elapsed time from the request's origin in a clock
+/// domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// Elapsed microseconds from the request's origin.
+    pub elapsed_us: u64,
+    /// The clock domain it was measured in.
+    pub domain: DomainId,
+}
+
+impl Observed {
+    /// Elapsed milliseconds, as snapshots show them.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.elapsed_us as f64 / 1000.0
+    }
+}
+
+/// The first events of one segment of one directed edge of one request.
+///
+/// Serialises as the upstream recorder's per-edge object: `from_stage`,
+/// `to_stage`, `segment_index`, `first_chunk_seq`, `clock_domains` (event
+/// name to domain, for observed events) and one `<event>_ms` field per
+/// schema event, `null` where missing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdgeSegment {
+    edge: Edge,
+    segment_index: u32,
+    values: Vec<Option<Observed>>,
+    first_chunk_seq: Option<u64>,
+    schema: Arc<Schema>,
+}
+
+impl EdgeSegment {
+    /// The directed edge.
+    pub fn edge(&self) -> Edge {
+        self.edge
+    }
+    /// The producing stage.
+    pub fn from_stage(&self) -> u32 {
+        self.edge.from
+    }
+    /// The consuming stage.
+    pub fn to_stage(&self) -> u32 {
+        self.edge.to
+    }
+    /// The segment index.
+    pub fn segment_index(&self) -> u32 {
+        self.segment_index
+    }
+    /// The chunk sequence number of the winning write of the chunk-keeping
+    /// event (the producer event in the default schema).
+    pub fn first_chunk_seq(&self) -> Option<u64> {
+        self.first_chunk_seq
+    }
+    /// The snapshot key, `"from->to:segment"`.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.edge, self.segment_index)
+    }
+    /// The recorded value of `event`, if any.
+    pub fn get(&self, event: impl Into<EventId>) -> Option<Observed> {
+        self.values.get(event.into().0 as usize).copied().flatten()
+    }
+    /// The recorded value of `event` in milliseconds, if any.
+    pub fn elapsed_ms(&self, event: impl Into<EventId>) -> Option<f64> {
+        self.get(event).map(|o| o.elapsed_ms())
+    }
+    /// The clock domain `event` was recorded in, if it was.
+    pub fn domain(&self, event: impl Into<EventId>) -> Option<&str> {
+        self.get(event)
+            .and_then(|o| self.schema.domain_name(o.domain))
+    }
+    /// Milliseconds from `start` to `end`, only when both were recorded in
+    /// the same clock domain (hence from the same origin) and `end` is not
+    /// before `start`; otherwise `None`.
+    ///
+    /// ```
+    /// # use edgemark::{Event::*, Mark, Recorder, Edge};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// let e = Edge::new(0, 1);
+    /// rec.record_elapsed(t, Mark::new(e, ProducerFirstNonemptyEmit), 10.0, "host_monotonic");
+    /// rec.record_elapsed(t, Mark::new(e, EdgeFirstSendComplete), 12.0, "host_monotonic");
+    /// let snap = rec.snapshot(t);
+    /// let seg = snap.segment(e, 0).unwrap();
+    /// assert_eq!(seg.elapsed_between(ProducerFirstNonemptyEmit, EdgeFirstSendComplete), Some(2.0));
+    /// assert_eq!(seg.elapsed_between(EdgeFirstSendComplete, ProducerFirstNonemptyEmit), None);
+    /// ```
+    pub fn elapsed_between(&self, start: impl Into<EventId>, end: impl Into<EventId>) -> Option<f64> {
+        let (a, b) = (self.get(start)?, self.get(end)?);
+        if a.domain != b.domain || b.elapsed_us < a.elapsed_us {
+            return None;
+        }
+        Some((b.elapsed_us - a.elapsed_us) as f64 / 1000.0)
+    }
+}
+
+/// Milliseconds between two events of an edge segment; see
+/// [`EdgeSegment::elapsed_between`].
+pub fn elapsed_between(
+    segment: &EdgeSegment,
+    start: impl Into<EventId>,
+    end: impl Into<EventId>,
+) -> Option<f64> {
+    segment.elapsed_between(start, end)
+}
+
+impl Serialize for EdgeSegment {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Domains<'a>(&'a EdgeSegment);
+        impl Serialize for Domains<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let seg = self.0;
+                let mut m = s.serialize_map(None)?;
+                for (spec, v) in seg.schema.events().iter().zip(&seg.values) {
+                    if let Some(o) = v {
+                        let name = seg.schema.domain_name(o.domain).unwrap_or("unknown");
+                        m.serialize_entry(spec.name(), name)?;
+                    }
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(5 + self.values.len()))?;
+        m.serialize_entry("from_stage", &self.edge.from)?;
+        m.serialize_entry("to_stage", &self.edge.to)?;
+        m.serialize_entry("segment_index", &self.segment_index)?;
+        m.serialize_entry("first_chunk_seq", &self.first_chunk_seq)?;
+        m.serialize_entry("clock_domains", &Domains(self))?;
+        let mut key = String::with_capacity(48);
+        for (spec, v) in self.schema.events().iter().zip(&self.values) {
+            key.clear();
+            key.push_str(spec.name());
+            key.push_str("_ms");
+            m.serialize_entry(&key, &v.map(|o| o.elapsed_ms()))?;
+        }
+        m.end()
+    }
+}
+
+/// A detached snapshot of one request: an owned value with no reference into
+/// the region.
+///
+/// It serialises exactly as the upstream recorder's
+/// `metrics["stream_edge_metrics"]` map, from `"from->to:segment"` to an
+/// [`EdgeSegment`]; an edge segment appears once it has an event, so a
+/// request that recorded nothing is `{}`. No request ID appears. Whether the
+/// request is open and how many segments were dropped are told by
+/// [`Snapshot::state`] and [`Snapshot::dropped_segments`], outside that map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    state: RequestState,
+    dropped_segments: u64,
+    corrupt: bool,
+    segments: Vec<EdgeSegment>,
+}
+
+impl Snapshot {
+    /// An empty snapshot in `state`.
+    pub(crate) fn gone() -> Snapshot {
+        Snapshot {
+            state: RequestState::Gone,
+            dropped_segments: 0,
+            corrupt: false,
+            segments: Vec::new(),
+        }
+    }
+
+    pub(crate) fn from_raw(
+        raw: RawSnapshot,
+        state: RequestState,
+        schema: &Arc<Schema>,
+        edges: &[Edge],
+    ) -> Snapshot {
+        let chunk_event = schema.events().iter().position(|e| e.keeps_chunk_seq());
+        let mut segments: Vec<EdgeSegment> = raw
+            .segments
+            .into_iter()
+            .filter(|s| s.values.iter().any(Option::is_some))
+            .map(|s| {
+                let values: Vec<Option<Observed>> = s
+                    .values
+                    .iter()
+                    .map(|v| {
+                        v.map(|v| Observed {
+                            elapsed_us: v.elapsed_us,
+                            domain: DomainId(v.domain),
+                        })
+                    })
+                    .collect();
+                let first_chunk_seq =
+                    chunk_event.and_then(|i| s.values.get(i).copied().flatten()?.chunk_seq);
+                EdgeSegment {
+                    edge: edges[s.edge],
+                    segment_index: s.index,
+                    values,
+                    first_chunk_seq,
+                    schema: Arc::clone(schema),
+                }
+            })
+            .collect();
+        segments.sort_by_key(|s| {
+            (
+                edges.iter().position(|e| *e == s.edge),
+                s.segment_index,
+            )
+        });
+        Snapshot {
+            state,
+            dropped_segments: raw.dropped,
+            corrupt: raw.corrupt,
+            segments,
+        }
+    }
+
+    /// Whether the request is open, closed by the call that returned this
+    /// snapshot, or gone.
+    pub fn state(&self) -> RequestState {
+        self.state
+    }
+    /// Segments that left the window of kept segments, over all edges.
+    pub fn dropped_segments(&self) -> u64 {
+        self.dropped_segments
+    }
+    /// Whether some word of the request's slot held bits edgemark never
+    /// writes (another process wrote garbage into the region); such values
+    /// are left out.
+    pub fn is_corrupt(&self) -> bool {
+        self.corrupt
+    }
+    /// The edge segments that have at least one event, in declared edge order
+    /// and then segment order.
+    pub fn segments(&self) -> &[EdgeSegment] {
+        &self.segments
+    }
+    /// One edge segment, if it has an event.
+    pub fn segment(&self, edge: impl Into<Edge>, segment_index: u32) -> Option<&EdgeSegment> {
+        let edge = edge.into();
+        self.segments
+            .iter()
+            .find(|s| s.edge == edge && s.segment_index == segment_index)
+    }
+    /// Whether no event was recorded (the JSON form is `{}`).
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+    /// The snapshot's JSON form as a `serde_json::Value`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+impl Serialize for Snapshot {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.segments.len()))?;
+        for seg in &self.segments {
+            m.serialize_entry(&seg.key(), seg)?;
+        }
+        m.end()
+    }
+}

@@ -1,0 +1,127 @@
+//! The token that names one request instance.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One request instance in one region: the region's ID, a slot and the
+/// slot's generation when the request began.
+///
+/// A token is 16 bytes and `Copy`. It travels inside an existing dispatch
+/// message in one of three stable forms: text ([`Display`](fmt::Display) /
+/// [`FromStr`], also its serde form), a `u128`, or 16 little-endian bytes.
+///
+/// ```
+/// use edgemark::Token;
+/// let t: Token = "em1.00000000000000ab.2a.7".parse().unwrap();
+/// assert_eq!(t.to_string(), "em1.00000000000000ab.2a.7");
+/// assert_eq!(Token::from_u128(t.to_u128()), t);
+/// assert_eq!(Token::from_bytes(t.to_bytes()), t);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Token {
+    pub(crate) region: u64,
+    pub(crate) slot: u32,
+    pub(crate) gen: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Token>() <= 16);
+
+impl Token {
+    /// The token as an integer: region in the high 64 bits, then slot, then
+    /// generation.
+    pub const fn to_u128(self) -> u128 {
+        ((self.region as u128) << 64) | ((self.slot as u128) << 32) | self.gen as u128
+    }
+
+    /// The token an integer from [`Token::to_u128`] stands for.
+    pub const fn from_u128(v: u128) -> Token {
+        Token {
+            region: (v >> 64) as u64,
+            slot: (v >> 32) as u32,
+            gen: v as u32,
+        }
+    }
+
+    /// The token as 16 little-endian bytes (the bytes of [`Token::to_u128`]).
+    pub const fn to_bytes(self) -> [u8; 16] {
+        self.to_u128().to_le_bytes()
+    }
+
+    /// The token 16 bytes from [`Token::to_bytes`] stand for.
+    pub const fn from_bytes(b: [u8; 16]) -> Token {
+        Token::from_u128(u128::from_le_bytes(b))
+    }
+
+    /// The slot index.
+    pub const fn slot(self) -> u32 {
+        self.slot
+    }
+
+    /// The slot's generation when the request began (never 0 for a real
+    /// token).
+    pub const fn generation(self) -> u32 {
+        self.gen
+    }
+
+    /// The ID of the region the token belongs to.
+    pub const fn region_id(self) -> u64 {
+        self.region
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "em1.{:016x}.{:x}.{:x}", self.region, self.slot, self.gen)
+    }
+}
+
+/// A string that is not a token's text form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseTokenError(());
+
+impl fmt::Display for ParseTokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not an edgemark token (expected em1.<region hex>.<slot hex>.<generation hex>)")
+    }
+}
+
+impl std::error::Error for ParseTokenError {}
+
+impl FromStr for Token {
+    type Err = ParseTokenError;
+
+    fn from_str(s: &str) -> Result<Token, ParseTokenError> {
+        let err = || ParseTokenError(());
+        let mut parts = s.split('.');
+        if parts.next() != Some("em1") {
+            return Err(err());
+        }
+        let mut field = |max_len: usize| {
+            let p = parts.next().ok_or_else(err)?;
+            if p.is_empty() || p.len() > max_len || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(err());
+            }
+            u64::from_str_radix(p, 16).map_err(|_| err())
+        };
+        let region = field(16)?;
+        let slot = field(8)? as u32;
+        let gen = field(8)? as u32;
+        if parts.next().is_some() {
+            return Err(err());
+        }
+        Ok(Token { region, slot, gen })
+    }
+}
+
+impl serde::Serialize for Token {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Token {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Token, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
