@@ -45,6 +45,8 @@
 //! (create, attach, validate, map), and this crate's public types.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+// Under loom only the heap-backed protocol is built; the file layer is out.
+#![cfg_attr(edgemark_loom, allow(dead_code, unused_imports))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

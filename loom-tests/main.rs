@@ -1,0 +1,2 @@
+//! loom models (see docs/loom.md).
+#![cfg(edgemark_loom)]
