@@ -59,7 +59,9 @@ fn read_boot_id() -> Option<u128> {
 
 fn time_namespace() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/time").ok().map(|m| m.ino())
+    std::fs::metadata("/proc/self/ns/time")
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// The calling process's identity as a slot owner: its pid and its start

@@ -117,7 +117,9 @@ impl<'a> Proto<'a> {
             let head = self.w(l.head(slot));
             // Relaxed: a hint; the CAS re-validates the word.
             let h = head.load(Ordering::Relaxed);
-            let Some(d) = word::decode_head(h) else { continue };
+            let Some(d) = word::decode_head(h) else {
+                continue;
+            };
             if d.state != SlotState::Free {
                 continue;
             }
@@ -140,7 +142,8 @@ impl<'a> Proto<'a> {
             // words and the head below.
             self.w(l.origin(slot)).store(origin_ns, Ordering::Relaxed);
             self.w(l.owner_pid(slot)).store(owner.0, Ordering::Relaxed);
-            self.w(l.owner_start(slot)).store(owner.1, Ordering::Relaxed);
+            self.w(l.owner_start(slot))
+                .store(owner.1, Ordering::Relaxed);
             for edge in 0..l.edges as usize {
                 self.w(l.entry(slot, edge, 0))
                     .store(word::seg(0, 0), Ordering::Relaxed);
@@ -346,7 +349,8 @@ impl<'a> Proto<'a> {
             for count in l.window(cur.count) {
                 let entry = l.ring(count);
                 // Relaxed: stable while we hold the lock.
-                let ew = word::decode_seg(self.w(l.entry(slot, edge, entry)).load(Ordering::Relaxed));
+                let ew =
+                    word::decode_seg(self.w(l.entry(slot, edge, entry)).load(Ordering::Relaxed));
                 let mut seg = RawSegment {
                     edge,
                     index: ew.map_or(0, |e| e.index),
@@ -426,7 +430,9 @@ impl<'a> Proto<'a> {
                     corrupt: false,
                 };
                 for ev in 0..l.events as usize {
-                    let w = self.w(l.cell(slot, edge, entry, ev)).load(Ordering::Acquire);
+                    let w = self
+                        .w(l.cell(slot, edge, entry, ev))
+                        .load(Ordering::Acquire);
                     seg.values.push(match word::decode(w) {
                         Cell::Value(v) => Some(v),
                         Cell::Empty { .. } | Cell::Sealed => None,

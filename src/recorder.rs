@@ -184,7 +184,9 @@ impl RegionBuilder {
 
     fn header(&self) -> Result<Header, CreateError> {
         if let Some(bad) = &self.bad_domain {
-            return Err(CreateError::Schema(crate::SchemaError::BadName(bad.clone())));
+            return Err(CreateError::Schema(crate::SchemaError::BadName(
+                bad.clone(),
+            )));
         }
         region::new_header(
             &self.edges,
@@ -202,7 +204,12 @@ impl RegionBuilder {
         let path = path.as_ref();
         let header = self.header()?;
         let storage = region::create_file(path, &header)?;
-        Ok(Recorder::from_header(storage, header, Some(path.to_owned()), true))
+        Ok(Recorder::from_header(
+            storage,
+            header,
+            Some(path.to_owned()),
+            true,
+        ))
     }
 
     /// Creates a region on the heap, private to this process: the same
@@ -323,7 +330,12 @@ impl Recorder {
         Recorder { inner: None }
     }
 
-    fn from_header(storage: Storage, header: Header, path: Option<PathBuf>, shared_clock: bool) -> Recorder {
+    fn from_header(
+        storage: Storage,
+        header: Header,
+        path: Option<PathBuf>,
+        shared_clock: bool,
+    ) -> Recorder {
         Recorder {
             inner: Some(Arc::new(Inner {
                 layout: header.layout,
@@ -445,17 +457,24 @@ impl Recorder {
             Ok(c) => c,
             Err(why) => return p.count(why),
         };
-        p.record(token.slot, token.gen, edge, mark.segment, mark.event.0 as usize, |origin| {
-            let now = clock::monotonic_ns();
-            if now < origin {
-                return Err(Outcome::Invalid);
-            }
-            let us = (now - origin) / 1000;
-            if us > word::MAX_ELAPSED_US {
-                return Err(Outcome::OutOfRange);
-            }
-            Ok(word::value(0, chunk, us))
-        })
+        p.record(
+            token.slot,
+            token.gen,
+            edge,
+            mark.segment,
+            mark.event.0 as usize,
+            |origin| {
+                let now = clock::monotonic_ns();
+                if now < origin {
+                    return Err(Outcome::Invalid);
+                }
+                let us = (now - origin) / 1000;
+                if us > word::MAX_ELAPSED_US {
+                    return Err(Outcome::OutOfRange);
+                }
+                Ok(word::value(0, chunk, us))
+            },
+        )
     }
 
     /// Records `mark` with an elapsed time measured elsewhere: `elapsed_ms`
@@ -466,7 +485,13 @@ impl Recorder {
     /// A negative, infinite or NaN elapsed time is refused as
     /// [`Outcome::Invalid`] and leaves no state. Values are kept to the
     /// microsecond.
-    pub fn record_elapsed(&self, token: Token, mark: Mark, elapsed_ms: f64, domain: &str) -> Outcome {
+    pub fn record_elapsed(
+        &self,
+        token: Token,
+        mark: Mark,
+        elapsed_ms: f64,
+        domain: &str,
+    ) -> Outcome {
         let Some(inner) = self.inner.as_deref() else {
             return Outcome::Disabled;
         };
@@ -496,7 +521,14 @@ impl Recorder {
             Err(why) => return p.count(why),
         };
         let value = word::value(domain.0, chunk, us as u64);
-        p.record(token.slot, token.gen, edge, mark.segment, mark.event.0 as usize, |_| Ok(value))
+        p.record(
+            token.slot,
+            token.gen,
+            edge,
+            mark.segment,
+            mark.event.0 as usize,
+            |_| Ok(value),
+        )
     }
 
     /// Starts segment `segment` on `edge` of the request: a control

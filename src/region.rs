@@ -114,10 +114,9 @@ impl fmt::Display for CreateError {
             ),
             CreateError::Io(p, e) => write!(f, "cannot create {}: {e}", p.display()),
             CreateError::NoEdges => f.write_str("a region needs at least one edge"),
-            CreateError::BadEdge(e) => write!(
-                f,
-                "edge {e} is declared twice or joins a stage to itself"
-            ),
+            CreateError::BadEdge(e) => {
+                write!(f, "edge {e} is declared twice or joins a stage to itself")
+            }
             CreateError::Geometry(s) => write!(f, "bad geometry: {s}"),
             CreateError::Schema(e) => write!(f, "bad schema: {e}"),
         }
@@ -354,7 +353,7 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
     }
     let name_at = |base: usize, what: String| {
         let w = [get(base), get(base + 1), get(base + 2), get(base + 3)];
-        unpack_name(w).ok_or_else(|| AttachError::Schema(SchemaError::BadName(what)))
+        unpack_name(w).ok_or(AttachError::Schema(SchemaError::BadName(what)))
     };
     let domains = (0..domain_count as usize)
         .map(|i| name_at(H_DOMAIN_TABLE + i * NAME_WORDS, format!("domain #{i}")))

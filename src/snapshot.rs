@@ -108,7 +108,11 @@ impl EdgeSegment {
     /// assert_eq!(seg.elapsed_between(ProducerFirstNonemptyEmit, EdgeFirstSendComplete), Some(2.0));
     /// assert_eq!(seg.elapsed_between(EdgeFirstSendComplete, ProducerFirstNonemptyEmit), None);
     /// ```
-    pub fn elapsed_between(&self, start: impl Into<EventId>, end: impl Into<EventId>) -> Option<f64> {
+    pub fn elapsed_between(
+        &self,
+        start: impl Into<EventId>,
+        end: impl Into<EventId>,
+    ) -> Option<f64> {
         let (a, b) = (self.get(start)?, self.get(end)?);
         if a.domain != b.domain || b.elapsed_us < a.elapsed_us {
             return None;
@@ -221,12 +225,7 @@ impl Snapshot {
                 }
             })
             .collect();
-        segments.sort_by_key(|s| {
-            (
-                edges.iter().position(|e| *e == s.edge),
-                s.segment_index,
-            )
-        });
+        segments.sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
         Snapshot {
             state,
             dropped_segments: raw.dropped,
