@@ -1,1 +1,66 @@
-fn main() {}
+//! Reading requests back: a snapshot of one request, and a sweep of every
+//! open request of a full default-sized region.
+//!
+//! - `snapshot/one_request`: [`Recorder::snapshot`] of one open request with
+//!   every event of both edges recorded (eight values).
+//! - `snapshot/full_region`: [`Recorder::snapshot_open`] over a file-backed
+//!   region of the default geometry (4096 slots, edges 0->1 and 1->2) with
+//!   every slot open and every event of every slot recorded.
+//!
+//! Both include building and dropping the detached snapshots: a caller pays
+//! for both.
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use edgemark::{Edge, Event, Mark, Outcome, Recorder, RequestState, Token};
+
+const SLOTS: u32 = 4096;
+const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
+
+/// Records every event of both edges of `token`.
+fn record_all(rec: &Recorder, token: Token) {
+    for edge in EDGES {
+        for event in Event::ALL {
+            let mark = Mark::new(edge, event).chunk_seq(7);
+            assert_eq!(rec.record(token, mark), Outcome::Recorded);
+        }
+    }
+}
+
+fn snapshots(c: &mut Criterion) {
+    let dir = tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory");
+    let rec = Recorder::builder()
+        .edge(0, 1)
+        .edge(1, 2)
+        .slots(SLOTS)
+        .create(dir.path().join("snapshot.region"))
+        .expect("create the region");
+    let mut g = c.benchmark_group("snapshot");
+
+    let token = rec.begin().expect("a free slot");
+    record_all(&rec, token);
+    let first = rec.snapshot(token);
+    assert_eq!(first.state(), RequestState::Open);
+    assert_eq!(first.segments().len(), 2);
+    g.bench_function("one_request", |b| b.iter(|| rec.snapshot(token)));
+
+    for _ in 1..SLOTS {
+        let t = rec.begin().expect("a free slot");
+        record_all(&rec, t);
+    }
+    assert!(rec.begin().is_err(), "every slot is in use");
+    assert_eq!(rec.snapshot_open().len(), SLOTS as usize);
+    g.bench_function("full_region", |b| b.iter(|| rec.snapshot_open()));
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30);
+    targets = snapshots
+}
+criterion_main!(benches);

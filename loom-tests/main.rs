@@ -1,2 +1,654 @@
-//! loom models (see docs/loom.md).
+//! loom models of the recording protocol (see `docs/loom.md`).
+//!
+//! Each model is a litmus test in the manner of loom's own: every execution
+//! returns its outcome (what each party was told and what each snapshot
+//! showed), the set of outcomes is collected outside `loom::model`, and only
+//! after loom has explored every interleaving does the model assert which
+//! outcomes are allowed, that no forbidden one occurred, and that the
+//! interesting allowed ones were actually observed (so that no model passes
+//! vacuously). Each model also counts the executions loom explored.
+//!
+//! Run with:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg edgemark_loom" LOOM_MAX_PREEMPTIONS=2 \
+//!     cargo test --release --test loom
+//! ```
 #![cfg(edgemark_loom)]
+// The execution counter and the outcome set live outside the model, so they
+// are std types on purpose: loom's types exist only inside an execution.
+#![allow(clippy::disallowed_types)]
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use edgemark::{Edge, Event, Mark, Outcome, Recorder, RequestState, Snapshot, Token};
+use loom::thread;
+
+const EDGE: Edge = Edge::new(0, 1);
+const P: Event = Event::ProducerFirstNonemptyEmit;
+const S: Event = Event::EdgeFirstSendComplete;
+const DOMAIN: &str = "host_monotonic";
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+/// Explores every interleaving of `body` (up to the preemption bound) and
+/// returns the set of outcomes the executions produced.
+///
+/// `LOOM_MAX_PREEMPTIONS` sets the bound; without it the bound is 2, so that
+/// a bare `cargo test` cannot run unbounded.
+fn explore<O, F>(name: &str, body: F) -> HashSet<O>
+where
+    O: Hash + Eq + Debug + Send + 'static,
+    F: Fn() -> O + Sync + Send + 'static,
+{
+    let seen: Arc<Mutex<HashSet<O>>> = Arc::new(Mutex::new(HashSet::new()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    let start = Instant::now();
+    {
+        let seen = Arc::clone(&seen);
+        let runs = Arc::clone(&runs);
+        builder.check(move || {
+            runs.fetch_add(1, StdOrdering::Relaxed);
+            let outcome = body();
+            seen.lock().unwrap().insert(outcome);
+        });
+    }
+    let seen = Arc::try_unwrap(seen)
+        .expect("loom is done with the set")
+        .into_inner()
+        .unwrap();
+    // Written to stderr directly (not through `eprintln!`, which the test
+    // harness captures), so that the counts show in a plain `cargo test`.
+    let _ = writeln!(
+        std::io::stderr(),
+        "loom model {name}: {} executions, {} distinct outcomes, {:.1?}",
+        runs.load(StdOrdering::Relaxed),
+        seen.len(),
+        start.elapsed()
+    );
+    seen
+}
+
+/// Fails the model unless every outcome satisfies `allowed`; lists the
+/// forbidden ones.
+fn assert_only<O: Debug>(name: &str, seen: &HashSet<O>, allowed: impl Fn(&O) -> bool) {
+    let bad: Vec<&O> = seen.iter().filter(|o| !allowed(o)).collect();
+    assert!(
+        bad.is_empty(),
+        "model {name}: {} forbidden outcome(s) observed:\n{bad:#?}",
+        bad.len()
+    );
+}
+
+/// Fails the model unless some outcome satisfies `wanted`: the interleaving
+/// `what` must have been explored.
+fn assert_seen<O: Debug>(name: &str, seen: &HashSet<O>, what: &str, wanted: impl Fn(&O) -> bool) {
+    assert!(
+        seen.iter().any(wanted),
+        "model {name}: never observed {what}; outcomes were:\n{seen:#?}"
+    );
+}
+
+/// A region with one edge (0 -> 1) and the default four-event schema.
+fn region(slots: u32, segments: u32) -> Recorder {
+    Recorder::builder()
+        .edge(0, 1)
+        .slots(slots)
+        .segments(segments)
+        .create_in_memory()
+        .expect("a valid geometry")
+}
+
+/// One edge segment as a snapshot shows it: the elapsed microseconds of each
+/// of the four events and the chunk sequence of the producer event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SegView {
+    index: u32,
+    us: [Option<u64>; 4],
+    chunk: Option<u64>,
+}
+
+/// A snapshot reduced to what the models compare.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct View {
+    state: RequestState,
+    dropped: u64,
+    segs: Vec<SegView>,
+}
+
+fn view(s: &Snapshot) -> View {
+    View {
+        state: s.state(),
+        dropped: s.dropped_segments(),
+        segs: s
+            .segments()
+            .iter()
+            .map(|seg| SegView {
+                index: seg.segment_index(),
+                us: Event::ALL.map(|e| seg.get(e).map(|o| o.elapsed_us)),
+                chunk: seg.first_chunk_seq(),
+            })
+            .collect(),
+    }
+}
+
+impl View {
+    fn seg(&self, index: u32) -> Option<&SegView> {
+        self.segs.iter().find(|s| s.index == index)
+    }
+    /// The producer event of segment `index` as (microseconds, chunk).
+    fn producer(&self, index: u32) -> Option<(u64, Option<u64>)> {
+        let s = self.seg(index)?;
+        s.us[P as usize].map(|us| (us, s.chunk))
+    }
+    fn event(&self, index: u32, e: Event) -> Option<u64> {
+        self.seg(index)?.us[e as usize]
+    }
+    /// Every value this view shows is shown identically by `later`.
+    fn kept_by(&self, later: &View) -> bool {
+        self.segs.iter().all(|s| {
+            let Some(l) = later.seg(s.index) else {
+                return false;
+            };
+            (0..4).all(|e| s.us[e].is_none() || s.us[e] == l.us[e])
+                && (s.us[P as usize].is_none() || s.chunk == l.chunk)
+        })
+    }
+}
+
+/// A producer write of `ms` milliseconds with chunk sequence `chunk`.
+fn emit(rec: &Recorder, t: Token, segment: u32, ms: f64, chunk: u64) -> Outcome {
+    let mark = Mark::new(EDGE, P).segment(segment).chunk_seq(chunk);
+    rec.record_elapsed(t, mark, ms, DOMAIN)
+}
+
+/// A write of event `e` on segment 0.
+fn mark(rec: &Recorder, t: Token, e: Event, ms: f64) -> Outcome {
+    rec.record_elapsed(t, Mark::new(EDGE, e), ms, DOMAIN)
+}
+
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
+    thread::spawn(f)
+}
+
+// ---------------------------------------------------------------------------
+// Model 1: two writers race one event.
+// ---------------------------------------------------------------------------
+
+/// Two writers race the producer event of one request with different values
+/// and chunk sequences while the owner snapshots. Exactly one is `Recorded`,
+/// the other `Duplicate`; every snapshot (the owner's concurrent one, each
+/// writer's after its own call, the final one) shows the winner's value with
+/// the winner's chunk sequence, or nothing yet.
+#[test]
+fn m1_two_writers_race_one_event() {
+    const NAME: &str = "m1_two_writers_race_one_event";
+    // (writer A's outcome, A's snapshot, B's outcome, B's snapshot,
+    //  owner's concurrent snapshot, final snapshot)
+    let seen = explore(NAME, || {
+        let rec = region(1, 1);
+        let t = rec.begin().unwrap();
+        let (ra, rb) = (rec.clone(), rec.clone());
+        let a = spawn(move || {
+            let o = emit(&ra, t, 0, 1.0, 10);
+            (o, view(&ra.snapshot(t)))
+        });
+        let b = spawn(move || {
+            let o = emit(&rb, t, 0, 2.0, 20);
+            (o, view(&rb.snapshot(t)))
+        });
+        let mid = view(&rec.snapshot(t));
+        let (oa, sa) = a.join().unwrap();
+        let (ob, sb) = b.join().unwrap();
+        let fin = view(&rec.close(t));
+        (oa, sa, ob, sb, mid, fin)
+    });
+    let a_val = (1000, Some(10));
+    let b_val = (2000, Some(20));
+    assert_only(NAME, &seen, |(oa, sa, ob, sb, mid, fin)| {
+        let winner = match (oa, ob) {
+            (Outcome::Recorded, Outcome::Duplicate) => a_val,
+            (Outcome::Duplicate, Outcome::Recorded) => b_val,
+            _ => return false,
+        };
+        let only_winner = |v: &View| {
+            v.segs.len() == 1
+                && v.producer(0) == Some(winner)
+                && v.segs[0].us[1..].iter().all(Option::is_none)
+        };
+        // Each writer's own snapshot comes after a value exists.
+        only_winner(sa)
+            && only_winner(sb)
+            && (mid.segs.is_empty() || only_winner(mid))
+            && only_winner(fin)
+            && fin.state == RequestState::Closed
+    });
+    assert_seen(NAME, &seen, "writer A winning", |o| {
+        o.0 == Outcome::Recorded
+    });
+    assert_seen(NAME, &seen, "writer B winning", |o| {
+        o.2 == Outcome::Recorded
+    });
+    assert_seen(NAME, &seen, "a concurrent snapshot before any write", |o| {
+        o.4.segs.is_empty()
+    });
+    assert_seen(NAME, &seen, "a concurrent snapshot after the write", |o| {
+        !o.4.segs.is_empty()
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Model 2: a writer races close.
+// ---------------------------------------------------------------------------
+
+/// A writer records two events while the owner closes the request. For each
+/// event, either the writer was told `Recorded` and the value is in the
+/// final snapshot (close's return value), or it was refused as `Closed` and
+/// the value is absent. Never recorded-and-missing, never refused-and-present.
+#[test]
+fn m2_writer_races_close() {
+    const NAME: &str = "m2_writer_races_close";
+    // (outcome for P, outcome for S, final snapshot, snapshot after close)
+    let seen = explore(NAME, || {
+        let rec = region(1, 1);
+        let t = rec.begin().unwrap();
+        let rw = rec.clone();
+        let w = spawn(move || {
+            let op = emit(&rw, t, 0, 1.0, 7);
+            let os = mark(&rw, t, S, 1.5);
+            (op, os)
+        });
+        let fin = view(&rec.close(t));
+        let (op, os) = w.join().unwrap();
+        let after = view(&rec.snapshot(t));
+        (op, os, fin, after)
+    });
+    assert_only(NAME, &seen, |(op, os, fin, after)| {
+        let consistent = |o: &Outcome, present: bool| match o {
+            Outcome::Recorded => present,
+            Outcome::Closed => !present,
+            _ => false,
+        };
+        fin.state == RequestState::Closed
+            && consistent(op, fin.producer(0) == Some((1000, Some(7))))
+            && consistent(os, fin.event(0, S) == Some(1500))
+            // Nothing else is in the final snapshot.
+            && fin.segs.iter().all(|s| s.index == 0 && s.us[2..].iter().all(Option::is_none))
+            // After close the token sees nothing.
+            && after.state == RequestState::Gone
+            && after.segs.is_empty()
+    });
+    assert_seen(NAME, &seen, "both writes before the close", |o| {
+        (o.0, o.1) == (Outcome::Recorded, Outcome::Recorded)
+    });
+    assert_seen(NAME, &seen, "both writes refused by the close", |o| {
+        (o.0, o.1) == (Outcome::Closed, Outcome::Closed)
+    });
+    assert_seen(NAME, &seen, "a close between the two writes", |o| {
+        (o.0, o.1) == (Outcome::Recorded, Outcome::Closed)
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Model 3: a stale writer races close and the reuse of its slot.
+// ---------------------------------------------------------------------------
+
+/// A writer holding the token of request 1 races the owner, who closes
+/// request 1 and begins request 2 in the same (only) slot, snapshots it and
+/// records into it. The stale write is in request 1's final snapshot if and
+/// only if it was `Recorded`; it never appears in request 2's snapshots, and
+/// request 2's own record lands.
+#[test]
+fn m3_stale_writer_races_close_and_reuse() {
+    const NAME: &str = "m3_stale_writer_races_close_and_reuse";
+    // (stale outcome, final 1, same slot / new generation, snapshot 2,
+    //  request 2's own outcome, final 2)
+    let seen = explore(NAME, || {
+        let rec = region(1, 1);
+        let t1 = rec.begin().unwrap();
+        let rw = rec.clone();
+        let w = spawn(move || emit(&rw, t1, 0, 1.0, 1));
+        let fin1 = view(&rec.close(t1));
+        let t2 = rec.begin().unwrap();
+        let reuse = (t2.slot() == t1.slot(), t2.generation() != t1.generation());
+        let s2 = view(&rec.snapshot(t2));
+        let own = mark(&rec, t2, S, 5.0);
+        let stale = w.join().unwrap();
+        let fin2 = view(&rec.close(t2));
+        (stale, fin1, reuse, s2, own, fin2)
+    });
+    assert_only(NAME, &seen, |(stale, fin1, reuse, s2, own, fin2)| {
+        let in_fin1 = fin1.producer(0) == Some((1000, Some(1)));
+        let stale_ok = match stale {
+            Outcome::Recorded => in_fin1,
+            Outcome::Closed | Outcome::Reused => !in_fin1 && fin1.segs.is_empty(),
+            _ => false,
+        };
+        stale_ok
+            && *reuse == (true, true)
+            // Request 2 never shows the stale write (nor any producer value).
+            && s2.producer(0).is_none()
+            && s2.segs.iter().all(|s| s.us[P as usize].is_none())
+            && *own == Outcome::Recorded
+            && fin2.producer(0).is_none()
+            && fin2.event(0, S) == Some(5000)
+            && fin2.segs.len() == 1
+    });
+    assert_seen(
+        NAME,
+        &seen,
+        "the stale write landing before the close",
+        |o| o.0 == Outcome::Recorded,
+    );
+    assert_seen(NAME, &seen, "the stale write refused as closed", |o| {
+        o.0 == Outcome::Closed
+    });
+    assert_seen(NAME, &seen, "the stale write refused as reused", |o| {
+        o.0 == Outcome::Reused
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Model 4: a writer races start_segment.
+// ---------------------------------------------------------------------------
+
+/// The owner starts segment 1 while one writer records the producer event
+/// for segment 0 and another (the model's main thread) records it for
+/// segment 1. The segment-0 write lands in segment 0 or is refused as
+/// `StaleSegment`; it never shows in segment 1. The segment-1 write lands in
+/// segment 1 or is refused as `SegmentNotStarted` (it came before the
+/// start); never `StaleSegment`. With one kept segment the old one is
+/// dropped (and counted); with two it stays.
+fn writer_races_start_segment(segments: u32) {
+    let name = format!("m4_writer_races_start_segment_k{segments}");
+    // (start outcome, segment-0 outcome, segment-1 outcome, final snapshot)
+    let seen = explore(&name, move || {
+        let rec = region(1, segments);
+        let t = rec.begin().unwrap();
+        let (rs, rw) = (rec.clone(), rec.clone());
+        let s = spawn(move || rs.start_segment(t, EDGE, 1));
+        let w = spawn(move || emit(&rw, t, 0, 1.0, 1));
+        let o1 = emit(&rec, t, 1, 3.0, 3);
+        let st = s.join().unwrap();
+        let o0 = w.join().unwrap();
+        let fin = view(&rec.close(t));
+        (st, o0, o1, fin)
+    });
+    let old = (1000, Some(1));
+    let new = (3000, Some(3));
+    assert_only(&name, &seen, |(st, o0, o1, fin)| {
+        let seg1_ok = match o1 {
+            Outcome::Recorded => fin.producer(1) == Some(new),
+            Outcome::SegmentNotStarted => fin.seg(1).is_none(),
+            _ => false,
+        };
+        let seg0_ok = match (segments, o0) {
+            // One kept segment: segment 0 left the window, whatever happened.
+            (1, Outcome::Recorded | Outcome::StaleSegment) => {
+                fin.seg(0).is_none() && fin.dropped == 1
+            }
+            (_, Outcome::Recorded) => fin.producer(0) == Some(old),
+            (_, Outcome::StaleSegment) => fin.seg(0).is_none(),
+            _ => false,
+        };
+        *st == Outcome::Started
+            && seg0_ok
+            && seg1_ok
+            && fin.producer(1) != Some(old)
+            && fin.segs.iter().all(|s| s.index <= 1)
+    });
+    assert_seen(&name, &seen, "the segment-0 write landing", |o| {
+        o.1 == Outcome::Recorded
+    });
+    assert_seen(&name, &seen, "the segment-0 write refused as stale", |o| {
+        o.1 == Outcome::StaleSegment
+    });
+    assert_seen(&name, &seen, "the segment-1 write landing", |o| {
+        o.2 == Outcome::Recorded
+    });
+    assert_seen(&name, &seen, "the segment-1 write before the start", |o| {
+        o.2 == Outcome::SegmentNotStarted
+    });
+}
+
+#[test]
+fn m4_writer_races_start_segment_k1() {
+    writer_races_start_segment(1);
+}
+
+#[test]
+fn m4_writer_races_start_segment_k2() {
+    writer_races_start_segment(2);
+}
+
+// ---------------------------------------------------------------------------
+// Model 5: a snapshot races writers.
+// ---------------------------------------------------------------------------
+
+/// Writer A records the producer event (1 ms, chunk 1) then the send event
+/// (1.5 ms); writer B races A on the producer event (2 ms, chunk 2). The
+/// owner takes two snapshots meanwhile. Every snapshot shows only exact
+/// values some writer wrote, each producer value with its own chunk
+/// sequence; a value once seen is in every later snapshot of that thread,
+/// and in the final one, unchanged.
+#[test]
+fn m5_snapshot_races_writers() {
+    const NAME: &str = "m5_snapshot_races_writers";
+    // (first snapshot, second snapshot, final snapshot)
+    let seen = explore(NAME, || {
+        let rec = region(1, 1);
+        let t = rec.begin().unwrap();
+        let (ra, rb) = (rec.clone(), rec.clone());
+        let a = spawn(move || {
+            emit(&ra, t, 0, 1.0, 1);
+            mark(&ra, t, S, 1.5);
+        });
+        let b = spawn(move || {
+            emit(&rb, t, 0, 2.0, 2);
+        });
+        let s1 = view(&rec.snapshot(t));
+        let s2 = view(&rec.snapshot(t));
+        a.join().unwrap();
+        b.join().unwrap();
+        let fin = view(&rec.close(t));
+        (s1, s2, fin)
+    });
+    let exact = |v: &View| {
+        v.segs.iter().all(|s| {
+            s.index == 0
+                && matches!(
+                    (s.us[P as usize], s.chunk),
+                    (None, None) | (Some(1000), Some(1)) | (Some(2000), Some(2))
+                )
+                && matches!(s.us[S as usize], None | Some(1500))
+                && s.us[2..].iter().all(Option::is_none)
+        })
+    };
+    assert_only(NAME, &seen, |(s1, s2, fin)| {
+        exact(s1)
+            && exact(s2)
+            && exact(fin)
+            && s1.kept_by(s2)
+            && s2.kept_by(fin)
+            && fin.producer(0).is_some()
+            && fin.event(0, S) == Some(1500)
+    });
+    assert_seen(NAME, &seen, "an empty first snapshot", |o| {
+        o.0.segs.is_empty()
+    });
+    assert_seen(NAME, &seen, "a first snapshot with a value", |o| {
+        !o.0.segs.is_empty()
+    });
+    assert_seen(
+        NAME,
+        &seen,
+        "the second snapshot seeing more than the first",
+        |o| o.0 != o.1,
+    );
+    assert_seen(NAME, &seen, "writer A winning", |o| {
+        o.2.producer(0) == Some((1000, Some(1)))
+    });
+    assert_seen(NAME, &seen, "writer B winning", |o| {
+        o.2.producer(0) == Some((2000, Some(2)))
+    });
+}
+
+/// Model 5b: a snapshot races the relaying of a ring entry.
+///
+/// With one kept segment, segment 1 reuses segment 0's cells. Segment 0 has
+/// the producer (1 ms, chunk 1) and send (1.5 ms) events; the owner starts
+/// segment 1 and records its producer event (3 ms, chunk 3) while another
+/// thread takes two snapshots. A snapshot shows segment 0 whole or not at
+/// all, and segment 1's value only as segment 1: never a mixture of the
+/// two epochs of the entry.
+#[test]
+fn m5b_snapshot_races_segment_relay() {
+    const NAME: &str = "m5b_snapshot_races_segment_relay";
+    let seen = explore(NAME, || {
+        let rec = region(1, 1);
+        let t = rec.begin().unwrap();
+        assert_eq!(emit(&rec, t, 0, 1.0, 1), Outcome::Recorded);
+        assert_eq!(mark(&rec, t, S, 1.5), Outcome::Recorded);
+        let rs = rec.clone();
+        let snaps = spawn(move || (view(&rs.snapshot(t)), view(&rs.snapshot(t))));
+        let st = rec.start_segment(t, EDGE, 1);
+        let o1 = emit(&rec, t, 1, 3.0, 3);
+        let (s1, s2) = snaps.join().unwrap();
+        let fin = view(&rec.close(t));
+        (st, o1, s1, s2, fin)
+    });
+    let seg0 = SegView {
+        index: 0,
+        us: [Some(1000), Some(1500), None, None],
+        chunk: Some(1),
+    };
+    let seg1 = SegView {
+        index: 1,
+        us: [Some(3000), None, None, None],
+        chunk: Some(3),
+    };
+    let whole =
+        |v: &View| v.segs.is_empty() || v.segs == [seg0.clone()] || v.segs == [seg1.clone()];
+    assert_only(NAME, &seen, |(st, o1, s1, s2, fin)| {
+        *st == Outcome::Started
+            && *o1 == Outcome::Recorded
+            && whole(s1)
+            && whole(s2)
+            // Once segment 1 is seen, segment 0 never comes back.
+            && !(s1.seg(1).is_some() && s2.seg(0).is_some())
+            && s1.seg(1).map_or(true, |_| s1.kept_by(s2))
+            && fin.segs == [seg1.clone()]
+            && fin.dropped == 1
+    });
+    assert_seen(NAME, &seen, "a snapshot of segment 0", |o| {
+        o.2.seg(0).is_some()
+    });
+    assert_seen(NAME, &seen, "a snapshot of segment 1", |o| {
+        o.3.seg(1).is_some()
+    });
+    assert_seen(NAME, &seen, "a snapshot between the epochs", |o| {
+        o.2.segs.is_empty() || o.3.segs.is_empty()
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Model 6: begins race.
+// ---------------------------------------------------------------------------
+
+fn token_id(r: Result<Token, Outcome>) -> Result<(u32, u32), Outcome> {
+    r.map(|t| (t.slot(), t.generation()))
+}
+
+/// One slot, two begins: exactly one gets the slot (generation 1), the other
+/// `RegionFull`.
+#[test]
+fn m6a_two_begins_race_one_slot() {
+    const NAME: &str = "m6a_two_begins_race_one_slot";
+    let seen = explore(NAME, || {
+        let rec = region(1, 1);
+        let (r1, r2) = (rec.clone(), rec.clone());
+        let a = spawn(move || token_id(r1.begin()));
+        let b = spawn(move || token_id(r2.begin()));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_only(NAME, &seen, |o| {
+        matches!(
+            o,
+            (Ok((0, 1)), Err(Outcome::RegionFull)) | (Err(Outcome::RegionFull), Ok((0, 1)))
+        )
+    });
+    assert_seen(NAME, &seen, "the first begin winning", |o| o.0.is_ok());
+    assert_seen(NAME, &seen, "the second begin winning", |o| o.1.is_ok());
+}
+
+/// Two slots: request 0 holds slot 0 and is closed while two begins race.
+/// The cursor sends the racers to slot 1 and to slot 0, so whichever finds
+/// its slot taken falls over to the other's. No two requests ever share a
+/// slot and generation, and request 0's (slot 0, generation 1) is never
+/// handed out again; a begin is refused with `RegionFull` only if both slots
+/// were taken.
+#[test]
+fn m6b_two_begins_race_a_close_on_two_slots() {
+    const NAME: &str = "m6b_two_begins_race_a_close_on_two_slots";
+    let seen = explore(NAME, || {
+        let rec = region(2, 1);
+        let t0 = rec.begin().unwrap();
+        assert_eq!((t0.slot(), t0.generation()), (0, 1));
+        let (r1, r2) = (rec.clone(), rec.clone());
+        let a = spawn(move || token_id(r1.begin()));
+        let b = spawn(move || token_id(r2.begin()));
+        let closed = rec.close(t0).state();
+        (closed, a.join().unwrap(), b.join().unwrap())
+    });
+    assert_only(NAME, &seen, |(closed, a, b)| {
+        let ok = |r: &Result<(u32, u32), Outcome>| match r {
+            Ok(id) => *id == (0, 2) || *id == (1, 1),
+            Err(e) => *e == Outcome::RegionFull,
+        };
+        *closed == RequestState::Closed
+            && ok(a)
+            && ok(b)
+            && !(a.is_ok() && a == b)
+            && (a.is_ok() || b.is_ok())
+    });
+    assert_seen(NAME, &seen, "both begins succeeding", |o| {
+        o.1.is_ok() && o.2.is_ok()
+    });
+    assert_seen(
+        NAME,
+        &seen,
+        "one begin refused while slot 0 was held",
+        |o| o.1.is_err() || o.2.is_err(),
+    );
+    assert_seen(NAME, &seen, "slot 0 reused with generation 2", |o| {
+        o.1 == Ok((0, 2)) || o.2 == Ok((0, 2))
+    });
+}
+
+#[test]
+fn zz_sanity() {
+    loom::model(|| {
+        let rec = region(1, 1);
+        let t = rec.begin().unwrap();
+        let ra = rec.clone();
+        eprintln!("SPAWN");
+        let a = spawn(move || emit(&ra, t, 0, 1.0, 10));
+        eprintln!("SNAP");
+        let mid = view(&rec.snapshot(t));
+        eprintln!("JOIN");
+        let oa = a.join().unwrap();
+        eprintln!("OUT {:?}", (oa, mid.segs.len()));
+    });
+}

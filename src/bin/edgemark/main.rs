@@ -9,6 +9,9 @@ fn main() {
 }
 
 #[cfg(not(edgemark_loom))]
+mod demo;
+
+#[cfg(not(edgemark_loom))]
 mod cli {
     use std::io::{BufRead, Write};
     use std::path::{Path, PathBuf};
@@ -29,6 +32,41 @@ mod cli {
 
     #[derive(Subcommand, Debug)]
     enum Command {
+        /// Run a simulated three-stage pipeline (0->1->2) of real worker
+        /// processes recording into one region, and print the latency of
+        /// each boundary and each delta between them.
+        Demo {
+            /// Requests to run.
+            #[arg(long, default_value_t = 600)]
+            requests: u32,
+            /// Requests open at once.
+            #[arg(long, default_value_t = 12)]
+            concurrency: u32,
+            /// Write each final snapshot to FILE, one JSON object per line.
+            #[arg(long, value_name = "FILE")]
+            json: Option<PathBuf>,
+            /// Keep the region file (for `edgemark inspect`).
+            #[arg(long)]
+            keep: bool,
+            /// Seed of the simulated timings.
+            #[arg(long, default_value_t = 7)]
+            seed: u64,
+            /// No progress bar.
+            #[arg(long)]
+            quiet: bool,
+        },
+        /// A stage of the demo pipeline (started by `edgemark demo`).
+        #[command(hide = true)]
+        StageWorker {
+            #[arg(long)]
+            stage: u32,
+            #[arg(long)]
+            region: PathBuf,
+            #[arg(long)]
+            dir: PathBuf,
+            #[arg(long)]
+            seed: u64,
+        },
         /// Create a region file.
         Create {
             /// Where to create it (a new file).
@@ -160,6 +198,31 @@ mod cli {
 
     fn run(cli: Cli) -> Result<ExitCode> {
         match cli.command {
+            Command::Demo {
+                requests,
+                concurrency,
+                json,
+                keep,
+                seed,
+                quiet,
+            } => {
+                let opts = crate::demo::DemoOptions {
+                    requests,
+                    concurrency,
+                    json,
+                    keep,
+                    seed,
+                    quiet,
+                };
+                let result = crate::demo::run(&opts)?;
+                print!("{}", crate::demo::summary(&result));
+            }
+            Command::StageWorker {
+                stage,
+                region,
+                dir,
+                seed,
+            } => crate::demo::stage_worker(stage, &region, &dir, seed)?,
             Command::Create {
                 path,
                 edges,

@@ -1,0 +1,198 @@
+//! The record path allocates nothing: `record`, `record_elapsed`, duplicate
+//! records and refused records, after warm-up, on a file-backed region.
+//!
+//! This file is its own test binary so that its counting global allocator
+//! sees every allocation. Counts are kept per thread, so the test harness's
+//! other threads (and other tests running in parallel) cannot disturb a
+//! measurement.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use edgemark::{Edge, Event, Mark, Outcome, Recorder, Token};
+
+/// The system allocator, counting the calls made by each thread.
+struct Counting;
+
+thread_local! {
+    /// Allocations, reallocations and frees made by this thread.
+    static CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn bump() {
+    // `try_with`: a thread's last frees may come after its locals are gone.
+    let _ = CALLS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees hold; counting touches only a
+// const-initialised thread-local `Cell`, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        bump();
+        // SAFETY: `ptr` and `layout` come from this allocator, which is
+        // `System`'s; the caller upholds the rest.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        bump();
+        // SAFETY: `ptr` and `layout` come from this allocator, which is
+        // `System`'s.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The allocator calls this thread makes while running `f`.
+fn allocator_calls(f: impl FnOnce()) -> u64 {
+    let before = CALLS.with(Cell::get);
+    f();
+    CALLS.with(Cell::get) - before
+}
+
+const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
+const DOMAIN: &str = "worker_local";
+const REQUESTS: usize = 256;
+
+/// The eight first writes a request can take: both edges, all four events.
+fn marks() -> Vec<Mark> {
+    EDGES
+        .iter()
+        .flat_map(|&e| Event::ALL.map(|ev| Mark::new(e, ev).chunk_seq(5)))
+        .collect()
+}
+
+/// A file-backed region, as production uses, with a second clock domain.
+fn region() -> (tempfile::TempDir, Recorder) {
+    let dir = tempfile::tempdir_in(edgemark::default_dir()).unwrap();
+    let rec = Recorder::builder()
+        .edge(0, 1)
+        .edge(1, 2)
+        .slots(1024)
+        .domain(DOMAIN)
+        .create(dir.path().join("no-alloc.region"))
+        .unwrap();
+    (dir, rec)
+}
+
+/// Begins `n` requests, plus one whose records warm the path up.
+fn begin(rec: &Recorder, n: usize, marks: &[Mark]) -> Vec<Token> {
+    let warm = rec.begin().unwrap();
+    for &m in marks {
+        rec.record(warm, m);
+        rec.record_elapsed(warm, m, 1.0, DOMAIN);
+    }
+    rec.close(warm);
+    (0..n).map(|_| rec.begin().unwrap()).collect()
+}
+
+#[test]
+fn record_allocates_nothing_after_warm_up() {
+    let (_dir, rec) = region();
+    let marks = marks();
+    let tokens = begin(&rec, REQUESTS, &marks);
+    let mut outcomes = Vec::with_capacity(tokens.len() * marks.len());
+    let calls = allocator_calls(|| {
+        for &t in &tokens {
+            for &m in &marks {
+                outcomes.push(rec.record(t, m));
+            }
+        }
+    });
+    assert_eq!(calls, 0, "record allocated");
+    assert!(outcomes.iter().all(|&o| o == Outcome::Recorded));
+}
+
+#[test]
+fn record_elapsed_allocates_nothing_after_warm_up() {
+    let (_dir, rec) = region();
+    let marks = marks();
+    let tokens = begin(&rec, REQUESTS, &marks);
+    let mut outcomes = Vec::with_capacity(tokens.len() * marks.len() * 2);
+    let calls = allocator_calls(|| {
+        for (i, &t) in tokens.iter().enumerate() {
+            for &m in &marks {
+                // Both domains: the one measured elsewhere and the shared one.
+                let domain = if i % 2 == 0 {
+                    DOMAIN
+                } else {
+                    edgemark::HOST_MONOTONIC
+                };
+                outcomes.push(rec.record_elapsed(t, m, 12.5, domain));
+            }
+        }
+    });
+    assert_eq!(calls, 0, "record_elapsed allocated");
+    assert!(outcomes.iter().all(|&o| o == Outcome::Recorded));
+}
+
+#[test]
+fn duplicate_records_allocate_nothing() {
+    let (_dir, rec) = region();
+    let marks = marks();
+    let tokens = begin(&rec, REQUESTS, &marks);
+    for &t in &tokens {
+        for &m in &marks {
+            assert_eq!(rec.record(t, m), Outcome::Recorded);
+        }
+    }
+    let mut outcomes = Vec::with_capacity(tokens.len() * marks.len() * 2);
+    let calls = allocator_calls(|| {
+        for &t in &tokens {
+            for &m in &marks {
+                outcomes.push(rec.record(t, m));
+                outcomes.push(rec.record_elapsed(t, m, 3.0, DOMAIN));
+            }
+        }
+    });
+    assert_eq!(calls, 0, "a duplicate record allocated");
+    assert!(outcomes.iter().all(|&o| o == Outcome::Duplicate));
+}
+
+#[test]
+fn refused_records_allocate_nothing() {
+    let (_dir, rec) = region();
+    let marks = marks();
+    let tokens = begin(&rec, 4, &marks);
+    let closed = tokens[0];
+    rec.close(closed);
+    let open = tokens[1];
+    let heartbeat = marks[0].meaningful(false);
+    let undeclared = Mark::new(Edge::new(2, 0), Event::ConsumerFirstAccept);
+    let mut outcomes = Vec::new();
+    outcomes.reserve(64);
+    let calls = allocator_calls(|| {
+        for _ in 0..8 {
+            outcomes.push(rec.record(closed, marks[1]));
+            outcomes.push(rec.record(open, heartbeat));
+            outcomes.push(rec.record(open, undeclared));
+            outcomes.push(rec.record_elapsed(open, marks[2], f64::NAN, DOMAIN));
+            outcomes.push(rec.record_elapsed(open, marks[2], 1.0, "no_such_domain"));
+            outcomes.push(Recorder::disabled().record(open, marks[3]));
+        }
+    });
+    assert_eq!(calls, 0, "a refused record allocated");
+    let expected = [
+        Outcome::Closed,
+        Outcome::NotMeaningful,
+        Outcome::UnknownEdge,
+        Outcome::Invalid,
+        Outcome::UnknownDomain,
+        Outcome::Disabled,
+    ];
+    for (i, o) in outcomes.iter().enumerate() {
+        assert_eq!(*o, expected[i % expected.len()], "call {i}");
+    }
+}
