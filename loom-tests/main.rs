@@ -639,16 +639,29 @@ fn m6b_two_begins_race_a_close_on_two_slots() {
 
 #[test]
 fn zz_sanity() {
-    loom::model(|| {
-        let rec = region(1, 1);
-        let t = rec.begin().unwrap();
-        let ra = rec.clone();
-        eprintln!("SPAWN");
-        let a = spawn(move || emit(&ra, t, 0, 1.0, 10));
-        eprintln!("SNAP");
-        let mid = view(&rec.snapshot(t));
-        eprintln!("JOIN");
-        let oa = a.join().unwrap();
-        eprintln!("OUT {:?}", (oa, mid.segs.len()));
+    use loom::sync::atomic::AtomicU64 as A;
+    use std::sync::atomic::Ordering::*;
+    for variant in 0..4 {
+    let seen = explore(&format!("raw{variant}"), move || {
+        let w: Arc<Vec<A>> = Arc::new((0..8).map(|_| A::new(0)).collect());
+        // begin: stores
+        for i in 0..8 { w[i].store(5, Relaxed); }
+        w[4].store(5, Release);
+        let w2 = w.clone();
+        let a = thread::spawn(move || {
+            w2[4].load(Acquire);
+            if variant & 1 == 0 { w2[6].load(Relaxed); }
+            if variant & 2 == 0 { w2[1].load(Relaxed); }
+            w2[6].compare_exchange(5, 9, Release, Relaxed).is_ok()
+        });
+        w[0].load(Acquire);
+        w[4].load(Acquire);
+        w[5].load(Acquire);
+        let v = w[6].load(Acquire);
+        w[7].load(Acquire);
+        let ok = a.join().unwrap();
+        (ok, v)
     });
+    eprintln!("raw{variant}: {seen:?}");
+    }
 }

@@ -99,6 +99,14 @@ fn begin(rec: &Recorder, n: usize, marks: &[Mark]) -> Vec<Token> {
 }
 
 #[test]
+fn the_counter_sees_allocations() {
+    let calls = allocator_calls(|| {
+        std::hint::black_box(vec![1u8; 16]);
+    });
+    assert!(calls >= 2, "an allocation and a free, counted {calls}");
+}
+
+#[test]
 fn record_allocates_nothing_after_warm_up() {
     let (_dir, rec) = region();
     let marks = marks();
