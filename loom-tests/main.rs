@@ -636,32 +636,3 @@ fn m6b_two_begins_race_a_close_on_two_slots() {
         o.1 == Ok((0, 2)) || o.2 == Ok((0, 2))
     });
 }
-
-#[test]
-fn zz_sanity() {
-    use loom::sync::atomic::AtomicU64 as A;
-    use std::sync::atomic::Ordering::*;
-    for variant in 0..4 {
-    let seen = explore(&format!("raw{variant}"), move || {
-        let w: Arc<Vec<A>> = Arc::new((0..8).map(|_| A::new(0)).collect());
-        // begin: stores
-        for i in 0..8 { w[i].store(5, Relaxed); }
-        w[4].store(5, Release);
-        let w2 = w.clone();
-        let a = thread::spawn(move || {
-            w2[4].load(Acquire);
-            if variant & 1 == 0 { w2[6].load(Relaxed); }
-            if variant & 2 == 0 { w2[1].load(Relaxed); }
-            w2[6].compare_exchange(5, 9, Release, Relaxed).is_ok()
-        });
-        w[0].load(Acquire);
-        w[4].load(Acquire);
-        w[5].load(Acquire);
-        let v = w[6].load(Acquire);
-        w[7].load(Acquire);
-        let ok = a.join().unwrap();
-        (ok, v)
-    });
-    eprintln!("raw{variant}: {seen:?}");
-    }
-}

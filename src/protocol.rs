@@ -55,7 +55,7 @@ use crate::word::{self, Cell, SlotState, Value};
 
 /// How many rounds a control operation waits for another one on the same
 /// slot before giving up with [`Outcome::Busy`].
-const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 200_000 };
+const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 20_000 };
 
 /// One kept segment of one edge, as read from the region.
 #[derive(Clone, Debug, PartialEq, Eq)]

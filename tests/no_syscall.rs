@@ -14,6 +14,7 @@
 //! Without strace the test is skipped with a message, unless the `CI`
 //! environment variable is set: under CI a missing strace is a failure.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -39,7 +40,11 @@ fn record_loop_makes_no_system_call() {
         if under_ci {
             panic!("{why}; CI must install strace (apt-get install -y strace)");
         }
-        eprintln!("SKIPPED {TEST_NAME}: {why} (install strace to run it; under CI=true this fails)");
+        // Straight to stderr, past the harness's capture, so the skip shows.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {TEST_NAME}: {why} (install strace to run it; under CI=true this fails)"
+        );
         return;
     }
 
@@ -74,7 +79,10 @@ fn record_loop_makes_no_system_call() {
 
 /// Whether strace is installed and may trace a child here.
 fn strace_works() -> Result<(), String> {
-    match Command::new("strace").args(["-o", "/dev/null", "true"]).output() {
+    match Command::new("strace")
+        .args(["-o", "/dev/null", "true"])
+        .output()
+    {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Err("strace is not installed".to_owned())
         }
@@ -105,7 +113,10 @@ fn calls_between_markers(trace: &str) -> Vec<String> {
     lines[begin + 1..end]
         .iter()
         .filter(|l| {
-            let call = l.split_once(' ').map_or(**l, |(_pid, rest)| rest).trim_start();
+            let call = l
+                .split_once(' ')
+                .map_or(**l, |(_pid, rest)| rest)
+                .trim_start();
             !(call.starts_with("<...") || call.starts_with("---") || call.starts_with("+++"))
         })
         .map(|l| l.to_string())
