@@ -1,0 +1,232 @@
+//! The `edgemark` command, run as a real process.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn edgemark(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args(args)
+        .output()
+        .expect("run edgemark")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_demo_runs_a_pipeline_end_to_end_and_its_snapshots_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("snapshots.jsonl");
+    let out = edgemark(&[
+        "demo",
+        "--requests",
+        "80",
+        "--concurrency",
+        "8",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = stdout(&out);
+    assert!(
+        table.starts_with("edgemark demo: 80 requests closed"),
+        "{table}"
+    );
+    for needle in [
+        "edge 0->1 (segment 0)",
+        "edge 1->2 (segment 0)",
+        "emit -> send complete",
+        "send complete -> accept",
+        "accept -> first output",
+        "record outcomes in the stage workers:",
+        "recorded",
+        "not_meaningful",
+    ] {
+        assert!(table.contains(needle), "{needle:?} missing from\n{table}");
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 80, "one snapshot per closed request");
+    let mut with_01 = 0;
+    let mut second = 0;
+    for snap in &lines {
+        let m = snap.as_object().unwrap();
+        for (key, seg) in m {
+            assert!(
+                key.starts_with("0->1:") || key.starts_with("1->2:"),
+                "{key}"
+            );
+            let f = |e: &str| seg[format!("{e}_ms")].as_f64();
+            // Causal order within one clock domain: the send completes after
+            // the emit that produced the chunk, output comes after accept.
+            if let (Some(a), Some(b)) = (
+                f("producer_first_nonempty_emit"),
+                f("edge_first_send_complete"),
+            ) {
+                assert!(a <= b, "{key}: {seg}");
+            }
+            if let (Some(a), Some(b)) = (
+                f("consumer_first_accept"),
+                f("consumer_first_nonempty_output"),
+            ) {
+                assert!(a <= b, "{key}: {seg}");
+            }
+            for v in ["internal", "external", "request_id"] {
+                assert!(!seg.to_string().contains(v));
+            }
+        }
+        with_01 += usize::from(m.contains_key("0->1:0"));
+        second += usize::from(m.contains_key("0->1:1"));
+    }
+    // "edge 0->1 (segment 0), 77 requests"
+    let count_in_table = |prefix: &str| -> usize {
+        let line = table.lines().find(|l| l.starts_with(prefix)).unwrap();
+        let n = line
+            .rsplit(", ")
+            .next()
+            .unwrap()
+            .trim_end_matches(" requests");
+        n.parse().unwrap()
+    };
+    assert_eq!(count_in_table("edge 0->1 (segment 0),"), with_01);
+    let second_in_table: usize = table
+        .lines()
+        .find_map(|l| l.strip_prefix("requests with a second segment: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(second_in_table, second);
+}
+
+#[test]
+fn create_inspect_begin_record_close_from_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let ps = p.to_str().unwrap();
+    let o = edgemark(&[
+        "create", ps, "--edge", "0->1", "--edge", "1->2", "--slots", "8", "--domain", "gpu",
+    ]);
+    assert!(o.status.success());
+    let token = stdout(&edgemark(&["begin", ps])).trim().to_owned();
+    let rec = |args: &[&str]| {
+        let mut a = vec!["record", ps, &token];
+        a.extend_from_slice(args);
+        stdout(&edgemark(&a)).trim().to_owned()
+    };
+    assert_eq!(
+        rec(&["0->1", "producer_first_nonempty_emit", "--chunk", "3"]),
+        "recorded"
+    );
+    assert_eq!(rec(&["0->1", "producer_first_nonempty_emit"]), "duplicate");
+    assert_eq!(
+        rec(&["0->1", "consumer_first_accept", "--empty"]),
+        "not_meaningful"
+    );
+    assert_eq!(
+        rec(&[
+            "1->2",
+            "consumer_first_accept",
+            "--elapsed-ms",
+            "4.5",
+            "--domain",
+            "gpu"
+        ]),
+        "recorded"
+    );
+    assert_eq!(
+        stdout(&edgemark(&["start-segment", ps, &token, "0->1", "1"])).trim(),
+        "started"
+    );
+    let inspect: Value =
+        serde_json::from_slice(&edgemark(&["inspect", ps, "--json"]).stdout).unwrap();
+    assert_eq!(inspect["slots"], 8);
+    assert_eq!(inspect["open_requests"], 1);
+    assert_eq!(inspect["free_slots"], 7);
+    assert_eq!(
+        inspect["domains"],
+        serde_json::json!(["host_monotonic", "gpu"])
+    );
+    assert_eq!(inspect["open"][0]["token"], token.as_str());
+    let text = stdout(&edgemark(&["inspect", ps]));
+    assert!(text.contains("edges      0->1, 1->2"), "{text}");
+    let last: Value = serde_json::from_slice(&edgemark(&["close", ps, &token]).stdout).unwrap();
+    assert_eq!(last["0->1:0"]["first_chunk_seq"], 3);
+    assert_eq!(last["1->2:0"]["consumer_first_accept_ms"], 4.5);
+    assert_eq!(
+        last["1->2:0"]["clock_domains"]["consumer_first_accept"],
+        "gpu"
+    );
+    assert_eq!(rec(&["0->1", "edge_first_send_complete"]), "closed");
+    assert_eq!(stdout(&edgemark(&["snapshot", ps, &token])).trim(), "{}");
+}
+
+fn assert_one_line_error(o: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+    assert!(err.starts_with("edgemark: "), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+}
+
+#[test]
+fn every_command_refuses_missing_foreign_and_corrupt_files_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.region");
+    let foreign = dir.path().join("foreign.region");
+    std::fs::write(
+        &foreign,
+        (0..10_000u32)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    let corrupt = dir.path().join("corrupt.region");
+    assert!(edgemark(&[
+        "create",
+        corrupt.to_str().unwrap(),
+        "--edge",
+        "0->1",
+        "--slots",
+        "4"
+    ])
+    .status
+    .success());
+    poke(&corrupt, 4, 1 << 40); // the slot count
+    let empty = dir.path().join("empty.region");
+    std::fs::write(&empty, b"").unwrap();
+    let token = "em1.0000000000000001.0.1";
+    for file in [&missing, &foreign, &corrupt, &empty] {
+        let f = file.to_str().unwrap();
+        for args in [
+            vec!["inspect", f],
+            vec!["inspect", f, "--json"],
+            vec!["begin", f],
+            vec!["record", f, token, "0->1", "consumer_first_accept"],
+            vec!["start-segment", f, token, "0->1", "1"],
+            vec!["snapshot", f, token],
+            vec!["close", f, token],
+            vec!["batch", f],
+        ] {
+            assert_one_line_error(&edgemark(&args), &format!("{args:?}"));
+        }
+    }
+    let exists = edgemark(&["create", corrupt.to_str().unwrap(), "--edge", "0->1"]);
+    assert_one_line_error(&exists, "create over an existing file");
+}
+
+fn poke(path: &Path, word: u64, value: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&value.to_le_bytes(), word * 8).unwrap();
+}
