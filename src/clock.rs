@@ -79,14 +79,35 @@ pub(crate) fn owner_identity() -> (u64, u64) {
     (u64::from(c.0), c.1)
 }
 
-/// A process's start time in clock ticks since boot, if it exists.
+/// A process's start time in clock ticks since boot, if it exists and has
+/// not exited (a zombie counts as exited).
 pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
+    if pid == 0 {
+        return None;
+    }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses; fields
-    // after the last ')' are plain numbers. starttime is field 22 overall,
-    // so the 20th field after the name.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // after the last ')' are plain: state is field 3, starttime field 22.
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    rest.nth(18)?.parse().ok()
+}
+
+/// Whether the owner `(pid, start)` still runs: the pid exists and started
+/// at the same time (a reused pid has a later start time).
+pub(crate) fn owner_alive(pid: u64, start: u64) -> bool {
+    u32::try_from(pid)
+        .ok()
+        .and_then(process_start_ticks)
+        .is_some_and(|s| s == start)
+}
+
+/// Whether some process with this pid runs.
+pub(crate) fn pid_alive(pid: u32) -> bool {
+    process_start_ticks(pid).is_some()
 }
 
 #[cfg(test)]
@@ -107,5 +128,9 @@ mod tests {
         assert_eq!(pid, u64::from(std::process::id()));
         assert_eq!(process_start_ticks(std::process::id()), Some(start));
         assert_ne!(ClockIdentity::current().boot_id, 0);
+        assert!(owner_alive(pid, start));
+        assert!(!owner_alive(pid, start + 1), "a reused pid starts later");
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(0));
     }
 }

@@ -82,6 +82,15 @@ pub(crate) struct Proto<'a> {
     pub(crate) layout: &'a Layout,
 }
 
+/// Why `reclaim` freed a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reclaimed {
+    /// An open request whose owner process is gone.
+    DeadOwner,
+    /// A control lock whose holder process is gone.
+    DeadHolder,
+}
+
 /// The result of trying to take a slot's control lock.
 enum Lock {
     Held,
@@ -130,7 +139,7 @@ impl<'a> Proto<'a> {
             if head
                 .compare_exchange(
                     h,
-                    word::head(gen, SlotState::Beginning),
+                    word::head_held(gen, SlotState::Beginning, owner.0 as u32),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 )
@@ -248,8 +257,8 @@ impl<'a> Proto<'a> {
         self.refuse(slot, gen, why)
     }
 
-    /// Takes the slot's control lock, moving `Open(gen)` to `to`.
-    fn lock(&self, slot: u32, gen: u32, to: SlotState) -> Lock {
+    /// Takes the slot's control lock for `holder`, moving `Open(gen)` to `to`.
+    fn lock(&self, slot: u32, gen: u32, to: SlotState, holder: u32) -> Lock {
         let head = self.w(self.layout.head(slot));
         for round in 0..LOCK_ROUNDS {
             // Acquire: pairs with the Release store that ended the previous
@@ -267,7 +276,7 @@ impl<'a> Proto<'a> {
                     if head
                         .compare_exchange(
                             h,
-                            word::head(gen, to),
+                            word::head_held(gen, to, holder),
                             Ordering::Acquire,
                             Ordering::Relaxed,
                         )
@@ -286,9 +295,16 @@ impl<'a> Proto<'a> {
     }
 
     /// Starts segment `index` on `edge`, fencing the current one.
-    pub(crate) fn start_segment(&self, slot: u32, gen: u32, edge: usize, index: u32) -> Outcome {
+    pub(crate) fn start_segment(
+        &self,
+        slot: u32,
+        gen: u32,
+        edge: usize,
+        index: u32,
+        holder: u32,
+    ) -> Outcome {
         let l = self.layout;
-        if let Lock::Refused(why) = self.lock(slot, gen, SlotState::Segmenting) {
+        if let Lock::Refused(why) = self.lock(slot, gen, SlotState::Segmenting, holder) {
             return self.count(why);
         }
         let seg_word = self.w(l.seg(slot, edge));
@@ -330,13 +346,19 @@ impl<'a> Proto<'a> {
 
     /// Closes the request: seals every kept cell, collects the final values,
     /// frees the slot. `None` if the token's request is not open.
-    pub(crate) fn close(&self, slot: u32, gen: u32) -> Result<RawSnapshot, Outcome> {
-        let l = self.layout;
-        match self.lock(slot, gen, SlotState::Closing) {
+    pub(crate) fn close(&self, slot: u32, gen: u32, holder: u32) -> Result<RawSnapshot, Outcome> {
+        match self.lock(slot, gen, SlotState::Closing, holder) {
             Lock::Held => {}
             Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
             Lock::Refused(why) => return Err(why),
         }
+        Ok(self.seal_and_free(slot, gen))
+    }
+
+    /// The second half of close, for the holder of the slot's `Closing`
+    /// lock: seals every kept cell, collects the values, frees the slot.
+    fn seal_and_free(&self, slot: u32, gen: u32) -> RawSnapshot {
+        let l = self.layout;
         let mut snap = RawSnapshot::default();
         for edge in 0..l.edges as usize {
             // Relaxed: stable while we hold the lock; see `start_segment`.
@@ -381,7 +403,71 @@ impl<'a> Proto<'a> {
         // cell stores come after our seals in every cell's modification order.
         self.w(l.head(slot))
             .store(word::head(gen, SlotState::Free), Ordering::Release);
-        Ok(snap)
+        snap
+    }
+
+    /// Frees `slot` if the process that holds it is dead: the owner of an
+    /// open request (by pid and start time, so a reused pid does not count
+    /// as alive), or the holder of a control lock that was never released.
+    /// The request's values are discarded.
+    ///
+    /// `owner_alive(pid, start)` and `holder_alive(pid)` answer for the
+    /// caller's view of the processes. Races with live operations are
+    /// decided by the head compare-and-swap: a slot that changed since it
+    /// was judged is left alone.
+    pub(crate) fn reclaim(
+        &self,
+        slot: u32,
+        me: u32,
+        owner_alive: impl Fn(u64, u64) -> bool,
+        holder_alive: impl Fn(u32) -> bool,
+    ) -> Option<Reclaimed> {
+        let l = self.layout;
+        let head = self.w(l.head(slot));
+        // Acquire: pairs with begin's Release store of `Open`, so the owner
+        // words below are this request's (or a later one's: then its owner
+        // is alive, or the CAS below fails).
+        let h = head.load(Ordering::Acquire);
+        let d = word::decode_head(h)?;
+        let kind = match d.state {
+            SlotState::Free => return None,
+            SlotState::Open => {
+                let (pid, start) = self.owner(slot);
+                if owner_alive(pid, start) {
+                    return None;
+                }
+                Reclaimed::DeadOwner
+            }
+            SlotState::Beginning | SlotState::Segmenting | SlotState::Closing => {
+                if d.holder == 0 || holder_alive(d.holder) {
+                    return None;
+                }
+                Reclaimed::DeadHolder
+            }
+        };
+        // Acquire: as for the control lock; the CAS fails if the slot moved
+        // on since we judged it. Relaxed on failure: nothing to do.
+        head.compare_exchange(
+            h,
+            word::head_held(d.gen, SlotState::Closing, me),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .ok()?;
+        // A dead holder may have laid cells outside the window of kept
+        // segments (begin's entry 0, or a start that never published its
+        // segment word): seal every entry, not only the kept ones.
+        for edge in 0..l.edges as usize {
+            for entry in 0..l.segments as usize {
+                for ev in 0..l.events as usize {
+                    // AcqRel: as for close's seals, before the Free store.
+                    self.w(l.cell(slot, edge, entry, ev))
+                        .swap(word::sealed(d.gen, 0), Ordering::AcqRel);
+                }
+            }
+        }
+        self.seal_and_free(slot, d.gen);
+        Some(kind)
     }
 
     /// Reads the current state of an open request without changing it.

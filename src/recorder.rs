@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::layout::{Layout, H_COUNTERS, H_DROPPED};
 use crate::outcome::Outcome;
-use crate::protocol::Proto;
+use crate::protocol::{Proto, Reclaimed};
 use crate::region::{self, AttachError, AttachOptions, CreateError, Header, Storage};
 use crate::schema::{EventId, Schema};
 use crate::snapshot::{RequestState, Snapshot};
@@ -228,6 +228,11 @@ impl RegionBuilder {
     }
 }
 
+/// This process as a lock holder (its pid).
+fn holder() -> u32 {
+    clock::owner_identity().0 as u32
+}
+
 struct Inner {
     storage: Storage,
     layout: Layout,
@@ -300,6 +305,23 @@ pub struct RegionInfo {
     pub creator_pid: u64,
     /// Whether the file's group may use it.
     pub group_access: bool,
+}
+
+/// What [`Recorder::reclaim_dead_owners`] freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReclaimReport {
+    /// Open requests whose owner process is gone.
+    pub dead_owners: u32,
+    /// Slots left locked by a process that died inside begin, start segment
+    /// or close.
+    pub dead_holders: u32,
+}
+
+impl ReclaimReport {
+    /// Slots freed in all.
+    pub fn freed(&self) -> u32 {
+        self.dead_owners + self.dead_holders
+    }
 }
 
 /// The region's counters: refused records by reason and dropped segments.
@@ -550,7 +572,7 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
-        p.start_segment(token.slot, token.gen, edge, segment)
+        p.start_segment(token.slot, token.gen, edge, segment, holder())
     }
 
     /// Closes the request and returns its final snapshot.
@@ -564,7 +586,7 @@ impl Recorder {
         let Some(inner) = self.valid(token) else {
             return Snapshot::gone();
         };
-        match Recorder::proto(inner).close(token.slot, token.gen) {
+        match Recorder::proto(inner).close(token.slot, token.gen, holder()) {
             Ok(raw) => Snapshot::from_raw(raw, RequestState::Closed, &inner.schema, &inner.edges),
             Err(_) => Snapshot::gone(),
         }
@@ -655,6 +677,31 @@ impl Recorder {
             creator_pid: h.creator_pid,
             group_access: h.group_access,
         })
+    }
+
+    /// Frees the slots of dead processes: open requests whose owner (the
+    /// process that began them, by pid and start time, so a reused pid does
+    /// not fool it) is gone, and control operations whose process died
+    /// holding the slot. Live owners' slots are left alone. The freed
+    /// requests' values are discarded.
+    ///
+    /// Assumes every process sharing the region is in this process's pid
+    /// namespace (see `docs/limitations.md`).
+    pub fn reclaim_dead_owners(&self) -> ReclaimReport {
+        let mut report = ReclaimReport::default();
+        let Some(inner) = self.inner.as_deref() else {
+            return report;
+        };
+        let p = Recorder::proto(inner);
+        let me = holder();
+        for slot in 0..inner.layout.slots {
+            match p.reclaim(slot, me, clock::owner_alive, clock::pid_alive) {
+                Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
+                Some(Reclaimed::DeadHolder) => report.dead_holders += 1,
+                None => {}
+            }
+        }
+        report
     }
 
     /// The region's counters of refused records and dropped segments.

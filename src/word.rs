@@ -123,23 +123,35 @@ pub(crate) enum SlotState {
     Closing = 4,
 }
 
-/// A decoded head word: the slot's generation and state.
+/// A decoded head word: the slot's generation, state and, while a control
+/// operation holds the slot, the holder's pid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Head {
     pub(crate) gen: u32,
     pub(crate) state: SlotState,
+    /// The pid of the process holding the control lock (`Beginning`,
+    /// `Segmenting`, `Closing`), so that a reclaim can tell a dead holder;
+    /// 0 otherwise. Linux pids are below 2^22, so 24 bits hold any of them.
+    pub(crate) holder: u32,
 }
 
+/// Largest pid a head word can name as a lock holder.
+pub(crate) const MAX_HOLDER: u32 = (1 << 24) - 1;
+
+/// A head word in an unlocked state (`Free` or `Open`).
 #[inline]
 pub(crate) const fn head(gen: u32, state: SlotState) -> u64 {
     ((gen as u64) << 32) | state as u64
 }
 
+/// A head word in a locked state, naming its holder.
+#[inline]
+pub(crate) const fn head_held(gen: u32, state: SlotState, holder: u32) -> u64 {
+    ((gen as u64) << 32) | ((holder as u64 & MAX_HOLDER as u64) << 8) | state as u64
+}
+
 #[inline]
 pub(crate) fn decode_head(word: u64) -> Option<Head> {
-    if word & 0xFFFF_FF00 != 0 {
-        return None;
-    }
     let state = match word & 0xFF {
         0 => SlotState::Free,
         1 => SlotState::Beginning,
@@ -148,9 +160,18 @@ pub(crate) fn decode_head(word: u64) -> Option<Head> {
         4 => SlotState::Closing,
         _ => return None,
     };
+    let holder = ((word >> 8) as u32) & MAX_HOLDER;
+    let locked = matches!(
+        state,
+        SlotState::Beginning | SlotState::Segmenting | SlotState::Closing
+    );
+    if holder != 0 && !locked {
+        return None;
+    }
     Some(Head {
         gen: (word >> 32) as u32,
         state,
+        holder,
     })
 }
 
@@ -233,10 +254,18 @@ mod tests {
 
     #[test]
     fn head_and_segment_words_round_trip_and_reject_garbage() {
-        let h = decode_head(head(9, SlotState::Closing)).unwrap();
-        assert_eq!((h.gen, h.state), (9, SlotState::Closing));
+        let h = decode_head(head_held(9, SlotState::Closing, 4_194_304)).unwrap();
+        assert_eq!(
+            (h.gen, h.state, h.holder),
+            (9, SlotState::Closing, 4_194_304)
+        );
+        assert_eq!(decode_head(head(3, SlotState::Open)).unwrap().holder, 0);
         assert_eq!(decode_head(7), None);
-        assert_eq!(decode_head(1 << 12), None);
+        assert_eq!(
+            decode_head(1 << 12 | 2),
+            None,
+            "an open slot names no holder"
+        );
         assert_eq!(next_gen(u32::MAX), 1);
         let s = decode_seg(seg(3, 77)).unwrap();
         assert_eq!((s.count, s.index), (3, 77));

@@ -95,6 +95,23 @@ mod cli {
             #[arg(long)]
             json: bool,
         },
+        /// Refresh the `inspect` view until interrupted.
+        Watch {
+            /// The region file.
+            path: PathBuf,
+            /// Seconds between refreshes.
+            #[arg(long, default_value_t = 1.0)]
+            interval: f64,
+            /// Stop after this many refreshes.
+            #[arg(long)]
+            count: Option<u64>,
+        },
+        /// Free the slots of dead owners (and of control operations whose
+        /// process died), and say how many.
+        Reclaim {
+            /// The region file.
+            path: PathBuf,
+        },
         /// Begin a request and print its token.
         Begin {
             /// The region file.
@@ -252,6 +269,38 @@ mod cli {
             Command::Inspect { path, json } => {
                 let rec = attach_for_reading(&path)?;
                 inspect(&rec, json)?;
+            }
+            Command::Watch {
+                path,
+                interval,
+                count,
+            } => {
+                let rec = attach_for_reading(&path)?;
+                if !(interval.is_finite() && interval > 0.0) {
+                    bail!("--interval must be a positive number of seconds");
+                }
+                let mut n = 0u64;
+                loop {
+                    // Clear the screen and home the cursor.
+                    print!("\x1b[2J\x1b[H");
+                    inspect(&rec, false)?;
+                    std::io::stdout().flush()?;
+                    n += 1;
+                    if count.is_some_and(|c| n >= c) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_secs_f64(interval));
+                }
+            }
+            Command::Reclaim { path } => {
+                let rec = attach_for_reading(&path)?;
+                let r = rec.reclaim_dead_owners();
+                println!(
+                    "freed {} slots ({} of dead owners, {} left locked by dead processes)",
+                    r.freed(),
+                    r.dead_owners,
+                    r.dead_holders
+                );
             }
             Command::Begin { path } => {
                 let rec = attach(&path)?;
