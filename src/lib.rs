@@ -69,7 +69,9 @@ mod word;
 pub use clock::{monotonic_ns, ClockIdentity};
 pub use layout::{MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use outcome::Outcome;
-pub use recorder::{Counters, Edge, Mark, ReclaimReport, Recorder, RegionBuilder, RegionInfo};
+pub use recorder::{
+    Counters, Edge, Mark, Owner, ReclaimReport, Recorder, RegionBuilder, RegionInfo,
+};
 pub use region::{AttachError, AttachOptions, CreateError};
 pub use schema::{
     DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,

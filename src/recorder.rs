@@ -307,6 +307,17 @@ pub struct RegionInfo {
     pub group_access: bool,
 }
 
+/// The identity of a process that began a request: its pid and its start
+/// time, which tells a reused pid from the original.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    /// The process ID.
+    pub pid: u64,
+    /// The process's start time in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`).
+    pub start_ticks: u64,
+}
+
 /// What [`Recorder::reclaim_dead_owners`] freed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReclaimReport {
@@ -634,11 +645,12 @@ impl Recorder {
             .collect()
     }
 
-    /// The owner identity (pid, process start time in clock ticks) that
-    /// began the request in `token`'s slot.
-    pub fn owner(&self, token: Token) -> Option<(u64, u64)> {
+    /// The owner identity of the process that began the request in
+    /// `token`'s slot.
+    pub fn owner(&self, token: Token) -> Option<Owner> {
         let inner = self.valid(token)?;
-        Some(Recorder::proto(inner).owner(token.slot))
+        let (pid, start_ticks) = Recorder::proto(inner).owner(token.slot);
+        Some(Owner { pid, start_ticks })
     }
 
     /// The region's schema; `None` when disabled.
@@ -688,14 +700,31 @@ impl Recorder {
     /// Assumes every process sharing the region is in this process's pid
     /// namespace (see `docs/limitations.md`).
     pub fn reclaim_dead_owners(&self) -> ReclaimReport {
+        self.reclaim_where(
+            |owner| !clock::owner_alive(owner.pid, owner.start_ticks),
+            |pid| !clock::pid_alive(pid),
+        )
+    }
+
+    /// [`Recorder::reclaim_dead_owners`] with the caller's own judgement of
+    /// which processes are gone: `owner_dead` for the owner of an open
+    /// request, `holder_dead` for the pid holding a slot's control lock.
+    /// A slot that changes while it is judged is left alone.
+    pub fn reclaim_where(
+        &self,
+        owner_dead: impl Fn(Owner) -> bool,
+        holder_dead: impl Fn(u32) -> bool,
+    ) -> ReclaimReport {
         let mut report = ReclaimReport::default();
         let Some(inner) = self.inner.as_deref() else {
             return report;
         };
         let p = Recorder::proto(inner);
         let me = holder();
+        let owner_alive = |pid, start_ticks| !owner_dead(Owner { pid, start_ticks });
+        let holder_alive = |pid| !holder_dead(pid);
         for slot in 0..inner.layout.slots {
-            match p.reclaim(slot, me, clock::owner_alive, clock::pid_alive) {
+            match p.reclaim(slot, me, owner_alive, holder_alive) {
                 Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
                 Some(Reclaimed::DeadHolder) => report.dead_holders += 1,
                 None => {}

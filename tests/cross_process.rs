@@ -44,7 +44,7 @@ fn workers_are_separate_processes_that_attach_by_path() {
     let theirs: edgemark::Token = p.worker(0).ask("begin").parse().unwrap();
     assert_ne!(theirs, t);
     assert_eq!(p.rec.snapshot(theirs).state(), RequestState::Open);
-    assert_eq!(p.rec.owner(theirs).unwrap().0, u64::from(a));
+    assert_eq!(p.rec.owner(theirs).unwrap().pid, u64::from(a));
 }
 
 #[test]

@@ -658,5 +658,8 @@ fn open_requests_and_their_owner_are_listed() {
     open.sort_by_key(|t| t.slot());
     assert_eq!(open, vec![ts[0], ts[2]]);
     assert_eq!(other.snapshot_open().len(), 2);
-    assert_eq!(other.owner(ts[0]).unwrap().0, u64::from(std::process::id()));
+    assert_eq!(
+        other.owner(ts[0]).unwrap().pid,
+        u64::from(std::process::id())
+    );
 }
