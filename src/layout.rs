@@ -42,7 +42,11 @@ pub(crate) const H_CURSOR: usize = 32;
 pub(crate) const H_DROPPED: usize = 40;
 /// One counter per counted refusal, in [`crate::Outcome::COUNTED`] order.
 pub(crate) const H_COUNTERS: usize = 41;
-pub(crate) const MAX_COUNTERS: usize = 23;
+pub(crate) const MAX_COUNTERS: usize = 15;
+/// Requests closed (each counted once, by the close that ended it).
+pub(crate) const H_CLOSED: usize = 56;
+/// Requests freed by a reclaim.
+pub(crate) const H_RECLAIMED: usize = 57;
 /// Edge table: one word per edge, `from | to << 32`.
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
@@ -71,6 +75,16 @@ const S_SEG: usize = 4;
 /// the adjacent-line prefetcher never couples two requests either).
 const SLOT_ALIGN_WORDS: usize = 16;
 
+/// Upper bounds of the histogram buckets, in milliseconds; a last bucket
+/// takes the rest. Part of the region format.
+pub const BUCKETS_MS: [f64; 15] = [
+    0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
+    30000.0,
+];
+/// Words of one histogram: a count per bucket (the last one unbounded), the
+/// sum in microseconds, the count.
+pub(crate) const HIST_WORDS: usize = BUCKETS_MS.len() + 3;
+
 /// The validated geometry of a region, and the arithmetic of its offsets.
 ///
 /// Invariant: `total_words` is the length of the region's word array, and
@@ -82,6 +96,8 @@ pub(crate) struct Layout {
     pub(crate) edges: u32,
     pub(crate) events: u32,
     pub(crate) slot_words: usize,
+    /// Words of the statistics area between the header and the slots.
+    pub(crate) stats_words: usize,
     pub(crate) total_words: usize,
 }
 
@@ -116,7 +132,11 @@ impl Layout {
         let (e, k, n) = (edges as usize, segments as usize, events as usize);
         let raw = S_SEG + e + e * k * (1 + n);
         let slot_words = raw.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
-        let bytes = HEADER_BYTES as u64 + slots as u64 * slot_words as u64 * 8;
+        // One histogram per edge for each event and for each delta between
+        // consecutive events.
+        let hists = e * (2 * n - 1) * HIST_WORDS;
+        let stats_words = hists.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
+        let bytes = (HEADER_WORDS + stats_words) as u64 * 8 + slots as u64 * slot_words as u64 * 8;
         if bytes > MAX_REGION_BYTES {
             return Err(BadGeometry(format!(
                 "the region would be {bytes} bytes; at most {MAX_REGION_BYTES} are allowed"
@@ -128,11 +148,29 @@ impl Layout {
             edges,
             events,
             slot_words,
-            total_words: HEADER_WORDS + slots as usize * slot_words,
+            stats_words,
+            total_words: HEADER_WORDS + stats_words + slots as usize * slot_words,
         })
     }
 
-    /// The region's size in bytes: `4096 + slots * slot_stride`.
+    /// Where slot 0 begins, in bytes.
+    pub(crate) fn slots_offset_bytes(&self) -> u64 {
+        (HEADER_WORDS + self.stats_words) as u64 * 8
+    }
+
+    /// Histograms per edge: one per event, then one per delta between
+    /// consecutive events.
+    pub(crate) fn hists_per_edge(&self) -> usize {
+        2 * self.events as usize - 1
+    }
+
+    /// The first word of histogram `metric` of `edge`.
+    #[inline]
+    pub(crate) fn hist(&self, edge: usize, metric: usize) -> usize {
+        HEADER_WORDS + (edge * self.hists_per_edge() + metric) * HIST_WORDS
+    }
+
+    /// The region's size in bytes: `4096 + stats + slots * slot_stride`.
     pub(crate) fn bytes(&self) -> u64 {
         self.total_words as u64 * 8
     }
@@ -143,7 +181,7 @@ impl Layout {
 
     #[inline]
     fn slot(&self, slot: u32) -> usize {
-        HEADER_WORDS + slot as usize * self.slot_words
+        HEADER_WORDS + self.stats_words + slot as usize * self.slot_words
     }
     #[inline]
     pub(crate) fn head(&self, slot: u32) -> usize {
@@ -195,7 +233,8 @@ impl Layout {
     }
 }
 
-const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_EDGE_TABLE);
+const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
+const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_DOMAIN_TABLE);
 const _: () = assert!(H_DOMAIN_TABLE + crate::schema::MAX_DOMAINS * NAME_WORDS <= H_EVENT_TABLE);
 const _: () = assert!(H_EVENT_TABLE + crate::schema::MAX_EVENTS * EVENT_WORDS <= HEADER_WORDS);
@@ -236,7 +275,10 @@ mod tests {
         // 4 control words + 2 segment words + 2 edges * 4 entries * 5 words = 46,
         // padded to 48 words = 384 bytes.
         assert_eq!(l.slot_stride_bytes(), 384);
-        assert_eq!(l.bytes(), 4096 + 4096 * 384);
+        // 2 edges * 7 histograms * 18 words = 252, padded to 256 words.
+        assert_eq!(l.slots_offset_bytes(), 4096 + 2048);
+        assert_eq!(l.bytes(), 4096 + 2048 + 4096 * 384);
+        assert!(l.hist(1, 6) + HIST_WORDS <= HEADER_WORDS + l.stats_words);
         assert_eq!(l.slot_stride_bytes() % 128, 0);
         let last = l.cell(4095, 1, 3, 3);
         assert!(last < l.total_words);

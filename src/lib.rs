@@ -62,15 +62,16 @@ mod recorder;
 mod region;
 mod schema;
 mod snapshot;
+mod stats;
 mod sync;
 mod token;
 mod word;
 
 pub use clock::{monotonic_ns, ClockIdentity};
-pub use layout::{MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use outcome::Outcome;
 pub use recorder::{
-    Counters, Edge, Mark, Owner, ReclaimReport, Recorder, RegionBuilder, RegionInfo,
+    Counters, Edge, EdgeHistogram, Mark, Owner, ReclaimReport, Recorder, RegionBuilder, RegionInfo,
 };
 pub use region::{AttachError, AttachOptions, CreateError};
 pub use schema::{
@@ -78,6 +79,7 @@ pub use schema::{
     MAX_EVENTS, MAX_NAME_LEN,
 };
 pub use snapshot::{elapsed_between, EdgeSegment, Observed, RequestState, Snapshot};
+pub use stats::Histogram;
 pub use token::{ParseTokenError, Token};
 
 /// The longest elapsed time a value holds, in milliseconds (about 38.2

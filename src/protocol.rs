@@ -48,7 +48,7 @@
 //! entry (its entry word before and after its cells), then the head again;
 //! a snapshot that saw the slot change gives nothing rather than a mixture.
 
-use crate::layout::{Layout, H_COUNTERS, H_CURSOR, H_DROPPED};
+use crate::layout::{Layout, H_COUNTERS, H_CURSOR, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
 use crate::sync::{spin_step, AtomicU64, Ordering};
 use crate::word::{self, Cell, SlotState, Value};
@@ -352,7 +352,9 @@ impl<'a> Proto<'a> {
             Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
             Lock::Refused(why) => return Err(why),
         }
-        Ok(self.seal_and_free(slot, gen))
+        let snap = self.seal_and_free(slot, gen);
+        self.account_closed(&snap);
+        Ok(snap)
     }
 
     /// The second half of close, for the holder of the slot's `Closing`
@@ -467,6 +469,8 @@ impl<'a> Proto<'a> {
             }
         }
         self.seal_and_free(slot, d.gen);
+        // Relaxed: a statistics counter.
+        self.w(H_RECLAIMED).fetch_add(1, Ordering::Relaxed);
         Some(kind)
     }
 

@@ -4,12 +4,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::layout::{Layout, H_COUNTERS, H_DROPPED};
+use crate::layout::{Layout, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
 use crate::protocol::{Proto, Reclaimed};
 use crate::region::{self, AttachError, AttachOptions, CreateError, Header, Storage};
 use crate::schema::{EventId, Schema};
 use crate::snapshot::{RequestState, Snapshot};
+use crate::stats::Histogram;
 use crate::sync::Ordering;
 use crate::token::Token;
 use crate::word;
@@ -293,6 +294,8 @@ pub struct RegionInfo {
     pub segments: u32,
     /// Bytes per slot.
     pub slot_stride: u64,
+    /// Where slot 0 begins, in bytes (after the header and the histograms).
+    pub slots_offset: u64,
     /// Bytes in all.
     pub bytes: u64,
     /// The clock the region's `host_monotonic` domain is.
@@ -335,13 +338,32 @@ impl ReclaimReport {
     }
 }
 
-/// The region's counters: refused records by reason and dropped segments.
+/// The region's counters: refused records by reason, dropped segments,
+/// closed and reclaimed requests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Count of each counted refusal, in [`Outcome::COUNTED`] order.
     pub refused: Vec<(Outcome, u64)>,
     /// Segments that left a request's window of kept segments.
     pub dropped_segments: u64,
+    /// Requests closed, each counted once by the close that ended it.
+    pub closed_requests: u64,
+    /// Requests freed by a reclaim (their values are not in the histograms).
+    pub reclaimed_requests: u64,
+}
+
+/// One histogram of a region's closed requests: an edge, and an event or a
+/// delta between two consecutive events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdgeHistogram {
+    /// The edge.
+    pub edge: Edge,
+    /// The event's name, or for a delta `"<from event>__to__<to event>"`.
+    pub metric: String,
+    /// For a delta, the two events it spans.
+    pub delta: Option<(String, String)>,
+    /// The counts.
+    pub histogram: Histogram,
 }
 
 impl Recorder {
@@ -682,6 +704,7 @@ impl Recorder {
             slots: h.layout.slots,
             segments: h.layout.segments,
             slot_stride: h.layout.slot_stride_bytes(),
+            slots_offset: h.layout.slots_offset_bytes(),
             bytes: h.layout.bytes(),
             clock: h.clock,
             shares_clock: i.shared_clock,
@@ -747,6 +770,39 @@ impl Recorder {
                 .map(|(i, o)| (*o, w[H_COUNTERS + i].load(Ordering::Relaxed)))
                 .collect(),
             dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
+            closed_requests: w[H_CLOSED].load(Ordering::Relaxed),
+            reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
         }
+    }
+
+    /// The histograms of every closed request's values and deltas, per edge:
+    /// for each edge, one per schema event, then one per delta between
+    /// consecutive events (recorded in one clock domain, in order).
+    pub fn histograms(&self) -> Vec<EdgeHistogram> {
+        let Some(inner) = self.inner.as_deref() else {
+            return Vec::new();
+        };
+        let w = inner.storage.words();
+        let l = &inner.layout;
+        let names: Vec<&str> = inner.schema.events().iter().map(|e| e.name()).collect();
+        let n = names.len();
+        let mut out = Vec::with_capacity(inner.edges.len() * l.hists_per_edge());
+        for (e, edge) in inner.edges.iter().enumerate() {
+            for m in 0..l.hists_per_edge() {
+                let (metric, delta) = if m < n {
+                    (names[m].to_owned(), None)
+                } else {
+                    let (a, b) = (names[m - n], names[m - n + 1]);
+                    (format!("{a}__to__{b}"), Some((a.to_owned(), b.to_owned())))
+                };
+                out.push(EdgeHistogram {
+                    edge: *edge,
+                    metric,
+                    delta,
+                    histogram: crate::stats::read(w, l, e, m),
+                });
+            }
+        }
+        out
     }
 }

@@ -255,7 +255,7 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
     put(H_EVENTS, l.events.into());
     put(H_DOMAINS, h.schema.domains().len() as u64);
     put(H_SLOT_STRIDE, l.slot_stride_bytes());
-    put(H_SLOTS_OFFSET, HEADER_BYTES as u64);
+    put(H_SLOTS_OFFSET, l.slots_offset_bytes());
     put(H_REGION_ID, h.region_id);
     put(H_BOOT_ID, h.clock.boot_id as u64);
     put(H_BOOT_ID + 1, (h.clock.boot_id >> 64) as u64);
@@ -337,7 +337,11 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
     };
     expect(H_HEADER_BYTES, "the header length", HEADER_BYTES as u64)?;
     expect(H_SLOT_STRIDE, "the slot stride", layout.slot_stride_bytes())?;
-    expect(H_SLOTS_OFFSET, "the slots offset", HEADER_BYTES as u64)?;
+    expect(
+        H_SLOTS_OFFSET,
+        "the slots offset",
+        layout.slots_offset_bytes(),
+    )?;
     expect(H_FILE_BYTES, "the recorded file length", layout.bytes())?;
     if file_len != layout.bytes() {
         return Err(AttachError::Length {

@@ -24,7 +24,8 @@ fn region(slots: u32) -> (tempfile::TempDir, std::path::PathBuf, Recorder) {
 
 /// The byte offset of word `word` of slot `slot`.
 fn slot_word(rec: &Recorder, slot: u32, word: u64) -> u64 {
-    4096 + u64::from(slot) * rec.info().unwrap().slot_stride + word * 8
+    let info = rec.info().unwrap();
+    info.slots_offset + u64::from(slot) * info.slot_stride + word * 8
 }
 
 fn poke(path: &Path, at: u64, value: u64) {

@@ -663,3 +663,81 @@ fn open_requests_and_their_owner_are_listed() {
         u64::from(std::process::id())
     );
 }
+
+#[test]
+fn closed_requests_reach_the_histograms_exactly_once() {
+    let rec = Recorder::builder()
+        .edge(0, 1)
+        .edge(1, 2)
+        .create_in_memory()
+        .unwrap();
+    for _ in 0..3 {
+        let t = rec.begin().unwrap();
+        assert_eq!(
+            at(&rec, t, Mark::new(E01, ProducerFirstNonemptyEmit), 10.0),
+            Outcome::Recorded
+        );
+        assert_eq!(
+            at(&rec, t, Mark::new(E01, EdgeFirstSendComplete), 12.0),
+            Outcome::Recorded
+        );
+        // Out of order: a value, but no delta.
+        assert_eq!(
+            at(&rec, t, Mark::new(E01, ConsumerFirstAccept), 11.0),
+            Outcome::Recorded
+        );
+        rec.close(t);
+        rec.close(t); // idempotent: counted once
+    }
+    let open = rec.begin().unwrap();
+    assert_eq!(
+        at(&rec, open, Mark::new(E12, ProducerFirstNonemptyEmit), 1.0),
+        Outcome::Recorded
+    );
+    let c = rec.counters();
+    assert_eq!(c.closed_requests, 3);
+    let hs = rec.histograms();
+    assert_eq!(hs.len(), 2 * 7);
+    let get = |edge: Edge, metric: &str| {
+        hs.iter()
+            .find(|h| h.edge == edge && h.metric == metric)
+            .unwrap()
+            .histogram
+            .clone()
+    };
+    let emit = get(E01, "producer_first_nonempty_emit");
+    assert_eq!(emit.count, 3);
+    assert_eq!(emit.sum_ms, 30.0);
+    let le10 = edgemark::BUCKETS_MS
+        .iter()
+        .position(|b| *b == 10.0)
+        .unwrap();
+    assert_eq!(emit.buckets[le10], 3);
+    assert_eq!(emit.cumulative().last(), Some(&(f64::INFINITY, 3)));
+    let d = get(
+        E01,
+        "producer_first_nonempty_emit__to__edge_first_send_complete",
+    );
+    assert_eq!((d.count, d.sum_ms), (3, 6.0));
+    assert_eq!(
+        get(E01, "edge_first_send_complete__to__consumer_first_accept").count,
+        0
+    );
+    assert_eq!(get(E01, "consumer_first_accept").count, 3);
+    assert_eq!(
+        get(E12, "producer_first_nonempty_emit").count,
+        0,
+        "open requests are not counted"
+    );
+    rec.close(open);
+    assert_eq!(rec.counters().closed_requests, 4);
+    assert_eq!(
+        rec.histograms()
+            .iter()
+            .find(|h| h.edge == E12 && h.metric == "producer_first_nonempty_emit")
+            .unwrap()
+            .histogram
+            .count,
+        1
+    );
+}
