@@ -55,6 +55,8 @@
 )]
 
 mod clock;
+#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
+pub mod export;
 mod layout;
 mod outcome;
 mod protocol;

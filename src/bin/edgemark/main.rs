@@ -112,6 +112,17 @@ mod cli {
             /// The region file.
             path: PathBuf,
         },
+        /// Serve the region's metrics to Prometheus on /metrics.
+        Export {
+            /// The region file.
+            path: PathBuf,
+            /// Address to listen on.
+            #[arg(long, default_value = "127.0.0.1:9464")]
+            listen: String,
+            /// Stop after this many seconds (default: run until killed).
+            #[arg(long, value_name = "SECONDS")]
+            serve_for: Option<f64>,
+        },
         /// Begin a request and print its token.
         Begin {
             /// The region file.
@@ -291,6 +302,28 @@ mod cli {
                     }
                     std::thread::sleep(std::time::Duration::from_secs_f64(interval));
                 }
+            }
+            Command::Export {
+                path,
+                listen,
+                serve_for,
+            } => {
+                let rec = attach_for_reading(&path)?;
+                let server = edgemark::export::Exporter::new(rec)
+                    .serve(listen.as_str())
+                    .with_context(|| format!("cannot listen on {listen}"))?;
+                println!("serving http://{}/metrics", server.local_addr());
+                std::io::stdout().flush()?;
+                match serve_for {
+                    Some(s) if s.is_finite() && s >= 0.0 => {
+                        std::thread::sleep(std::time::Duration::from_secs_f64(s))
+                    }
+                    Some(_) => bail!("--serve-for must be a number of seconds"),
+                    None => loop {
+                        std::thread::park();
+                    },
+                }
+                server.shutdown();
             }
             Command::Reclaim { path } => {
                 let rec = attach_for_reading(&path)?;

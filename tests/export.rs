@@ -1,0 +1,342 @@
+//! The Prometheus exporter: scraped over loopback after a demo run, and by a
+//! real Prometheus server.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edgemark::export::Exporter;
+use edgemark::{AttachOptions, Edge, Event::*, Mark, Recorder};
+use serde_json::Value;
+
+fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// The value of the one sample `name{labels}` in a scrape.
+fn sample(text: &str, name_and_labels: &str) -> f64 {
+    let hits: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix(name_and_labels)?
+                .strip_prefix(' ')?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(hits.len(), 1, "{name_and_labels} in\n{text}");
+    hits[0]
+}
+
+/// Runs the demo, keeps its region, and returns it with the final snapshots.
+fn demo(requests: u32) -> (PathBuf, Vec<Value>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args([
+            "demo",
+            "--quiet",
+            "--keep",
+            "--concurrency",
+            "8",
+            "--requests",
+        ])
+        .arg(requests.to_string())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let region = text
+        .lines()
+        .find_map(|l| l.strip_prefix("region kept at "))
+        .map(PathBuf::from)
+        .unwrap();
+    let snaps = std::fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (region, snaps, dir)
+}
+
+struct Kept(PathBuf);
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// How many final snapshots hold `event` on `edge`, over all segments.
+fn values_in(snaps: &[Value], edge: &str, event: &str) -> u64 {
+    snaps
+        .iter()
+        .flat_map(|s| s.as_object().unwrap().iter())
+        .filter(|(k, v)| k.starts_with(&format!("{edge}:")) && v[format!("{event}_ms")].is_number())
+        .count() as u64
+}
+
+#[test]
+fn a_scrape_after_a_demo_counts_every_closed_request_once() {
+    let (region, snaps, _dir) = demo(60);
+    let _kept = Kept(region.clone());
+    let open = || AttachOptions::new().attach(&region).unwrap();
+    let server = Exporter::new(open()).serve("127.0.0.1:0").unwrap();
+    let (status, first) = http_get(server.local_addr(), "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(first.ends_with("# EOF\n"));
+    assert_eq!(sample(&first, "edgemark_closed_requests_total"), 60.0);
+    assert_eq!(sample(&first, "edgemark_open_requests"), 0.0);
+    for (edge, event) in [
+        ("0->1", "producer_first_nonempty_emit"),
+        ("1->2", "consumer_first_nonempty_output"),
+    ] {
+        let want = values_in(&snaps, edge, event) as f64;
+        assert!(want > 0.0);
+        let labels = format!("{{edge=\"{edge}\",event=\"{event}\"}}");
+        assert_eq!(
+            sample(
+                &first,
+                &format!("edgemark_boundary_elapsed_ms_count{labels}")
+            ),
+            want
+        );
+        let inf = format!(
+            "edgemark_boundary_elapsed_ms_bucket{{le=\"+Inf\",edge=\"{edge}\",event=\"{event}\"}}"
+        );
+        assert_eq!(sample(&first, &inf), want);
+    }
+    let delta = "edgemark_delta_ms_count{edge=\"0->1\",from_event=\"consumer_first_accept\",to_event=\"consumer_first_nonempty_output\"}";
+    assert!(sample(&first, delta) > 0.0);
+    assert!(
+        !first.contains("em1."),
+        "no token or request identity in labels"
+    );
+    // Polling again, and restarting the exporter, change nothing.
+    let (_, again) = http_get(server.local_addr(), "/metrics");
+    assert_eq!(again, first);
+    server.shutdown();
+    let restarted = Exporter::new(open()).serve("127.0.0.1:0").unwrap();
+    let (_, after) = http_get(restarted.local_addr(), "/metrics");
+    assert_eq!(after, first);
+    assert_eq!(
+        http_get(restarted.local_addr(), "/nope").0,
+        "HTTP/1.1 404 Not Found"
+    );
+}
+
+#[test]
+fn the_exporter_runs_in_the_owners_process_and_sees_new_closes() {
+    let rec = Recorder::builder()
+        .edge(0, 1)
+        .slots(4)
+        .create_in_memory()
+        .unwrap();
+    let ex = Exporter::new(rec.clone());
+    let t = rec.begin().unwrap();
+    let text = ex.encode();
+    assert_eq!(sample(&text, "edgemark_open_requests"), 1.0);
+    assert_eq!(sample(&text, "edgemark_free_slots"), 3.0);
+    rec.record_elapsed(
+        t,
+        Mark::new(Edge::new(0, 1), ProducerFirstNonemptyEmit),
+        7.0,
+        "host_monotonic",
+    );
+    rec.record(
+        t,
+        Mark::new(Edge::new(0, 1), ConsumerFirstAccept).segment(3),
+    );
+    rec.close(t);
+    let text = ex.encode();
+    let labels = "{edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
+    assert_eq!(
+        sample(
+            &text,
+            &format!("edgemark_boundary_elapsed_ms_count{labels}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&text, &format!("edgemark_boundary_elapsed_ms_sum{labels}")),
+        7.0
+    );
+    let le10 = "edgemark_boundary_elapsed_ms_bucket{le=\"10.0\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
+    let le5 = "edgemark_boundary_elapsed_ms_bucket{le=\"5.0\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
+    assert_eq!((sample(&text, le5), sample(&text, le10)), (0.0, 1.0));
+    assert_eq!(
+        sample(
+            &text,
+            "edgemark_refused_records_total{reason=\"segment_not_started\"}"
+        ),
+        1.0
+    );
+    assert_eq!(sample(&text, "edgemark_closed_requests_total"), 1.0);
+}
+
+#[test]
+fn the_export_command_serves_until_its_time_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    Recorder::builder().edge(0, 1).create(&p).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .arg("export")
+        .arg(&p)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--serve-for",
+            "20",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        format!("serving http://127.0.0.1:{port}/metrics")
+    );
+    let (status, body) = http_get(format!("127.0.0.1:{port}").parse().unwrap(), "/metrics");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(sample(&body, "edgemark_free_slots"), 4096.0);
+}
+
+fn find_prometheus() -> Option<PathBuf> {
+    ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// Percent-encodes a PromQL query for a URL.
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_real_prometheus_server_scrapes_the_histograms() {
+    let Some(prom) = find_prometheus() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs Debian's prometheus package; it is missing"
+        );
+        eprintln!("SKIPPED: no prometheus binary here (apt-get install prometheus)");
+        return;
+    };
+    let (region, snaps, dir) = demo(40);
+    let _kept = Kept(region.clone());
+    let server = Exporter::new(AttachOptions::new().attach(&region).unwrap())
+        .serve("127.0.0.1:0")
+        .unwrap();
+    let web = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: edgemark\n    static_configs:\n      - targets: ['{}']\n",
+            server.local_addr()
+        ),
+    )
+    .unwrap();
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = KillOnDrop(
+        Command::new(prom)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let query =
+        r#"edgemark_boundary_elapsed_ms_count{edge="0->1",event="producer_first_nonempty_emit"}"#;
+    let want = values_in(&snaps, "0->1", "producer_first_nonempty_emit") as f64;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = String::new();
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never returned the series; last answer: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let Ok(mut s) = TcpStream::connect(web) else {
+            continue;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let path = format!("/api/v1/query?query={}", encode(query));
+        if write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {web}\r\nConnection: close\r\n\r\n"
+        )
+        .is_err()
+        {
+            continue;
+        }
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        let Some((_, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        last = body.to_owned();
+        let Ok(v) = serde_json::from_str::<Value>(body) else {
+            continue;
+        };
+        let result = &v["data"]["result"];
+        if let Some(first) = result.get(0) {
+            assert_eq!(v["status"], "success");
+            assert_eq!(first["metric"]["job"], "edgemark");
+            let got: f64 = first["value"][1].as_str().unwrap().parse().unwrap();
+            assert_eq!(got, want, "{body}");
+            break;
+        }
+    }
+}
