@@ -1,0 +1,1 @@
+//! Python bindings of edgemark (built with maturin; see python/README.md).
