@@ -42,6 +42,19 @@ struct RegionCollector(Recorder);
 impl Collector for RegionCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let rec = &self.0;
+        // A region whose file was shrunk is not read at all (its lost pages
+        // would fault); the scrape says so instead.
+        let ok = rec.check().is_ok();
+        let g = ConstGauge::new(i64::from(ok));
+        g.encode(enc.encode_descriptor(
+            "edgemark_region_ok",
+            "1 if the region file has its full length and was read, 0 if not",
+            None,
+            g.metric_type(),
+        )?)?;
+        if !ok {
+            return Ok(());
+        }
         let hists = rec.histograms();
         {
             let mut family = enc.encode_descriptor(

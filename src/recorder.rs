@@ -213,6 +213,18 @@ impl RegionBuilder {
         ))
     }
 
+    /// Creates the region in a sealed memory file that no process can shrink
+    /// or grow (so none can make another's accesses fault; see
+    /// `docs/limitations.md`). It lives while this process keeps the
+    /// recorder; others attach through [`Recorder::path`], a
+    /// `/proc/<pid>/fd/<fd>` path.
+    #[cfg(not(edgemark_loom))]
+    pub fn create_sealed(&self) -> Result<Recorder, CreateError> {
+        let header = self.header()?;
+        let (storage, path) = region::create_sealed(&header)?;
+        Ok(Recorder::from_header(storage, header, Some(path), true))
+    }
+
     /// Creates a region on the heap, private to this process: the same
     /// protocol without a file (for tests, benchmarks and single-process
     /// use).
@@ -451,7 +463,7 @@ impl Recorder {
     /// Checks a token and a mark against the region; on success gives the
     /// edge's index.
     #[inline]
-    fn check(inner: &Inner, token: Token, mark: &Mark) -> Result<usize, Outcome> {
+    fn check_mark(inner: &Inner, token: Token, mark: &Mark) -> Result<usize, Outcome> {
         if token.region != inner.region_id {
             return Err(Outcome::ForeignToken);
         }
@@ -500,7 +512,7 @@ impl Recorder {
             return Outcome::NotMeaningful;
         }
         let p = Recorder::proto(inner);
-        let edge = match Recorder::check(inner, token, &mark) {
+        let edge = match Recorder::check_mark(inner, token, &mark) {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
@@ -557,7 +569,7 @@ impl Recorder {
         if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
             return p.count(Outcome::Invalid);
         }
-        let edge = match Recorder::check(inner, token, &mark) {
+        let edge = match Recorder::check_mark(inner, token, &mark) {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
@@ -601,7 +613,7 @@ impl Recorder {
         let p = Recorder::proto(inner);
         let edge = edge.into();
         let mark = Mark::new(edge, EventId(0));
-        let edge = match Recorder::check(inner, token, &mark) {
+        let edge = match Recorder::check_mark(inner, token, &mark) {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
@@ -643,11 +655,27 @@ impl Recorder {
             .then_some(inner)
     }
 
-    /// The tokens of every open request (a sweep of all slots).
+    /// Checks that the region's file still has its full length (another
+    /// process with write access could have shrunk it, and touching the lost
+    /// pages would raise SIGBUS). Sweeps of all slots call this first and
+    /// sweep nothing if it fails; single-request calls do not (it is a system
+    /// call). An in-memory region always passes.
+    pub fn check(&self) -> Result<(), AttachError> {
+        match self.inner.as_deref() {
+            Some(inner) => inner.storage.check_len(),
+            None => Ok(()),
+        }
+    }
+
+    /// The tokens of every open request (a sweep of all slots; nothing if
+    /// [`Recorder::check`] fails).
     pub fn open_requests(&self) -> Vec<Token> {
         let Some(inner) = self.inner.as_deref() else {
             return Vec::new();
         };
+        if inner.storage.check_len().is_err() {
+            return Vec::new();
+        }
         Recorder::proto(inner)
             .open_slots()
             .map(|(slot, gen)| Token {
@@ -742,6 +770,9 @@ impl Recorder {
         let Some(inner) = self.inner.as_deref() else {
             return report;
         };
+        if inner.storage.check_len().is_err() {
+            return report;
+        }
         let p = Recorder::proto(inner);
         let me = holder();
         let owner_alive = |pid, start_ticks| !owner_dead(Owner { pid, start_ticks });
@@ -778,10 +809,15 @@ impl Recorder {
     /// The histograms of every closed request's values and deltas, per edge:
     /// for each edge, one per schema event, then one per delta between
     /// consecutive events (recorded in one clock domain, in order).
+    ///
+    /// Empty if [`Recorder::check`] fails.
     pub fn histograms(&self) -> Vec<EdgeHistogram> {
         let Some(inner) = self.inner.as_deref() else {
             return Vec::new();
         };
+        if inner.storage.check_len().is_err() {
+            return Vec::new();
+        }
         let w = inner.storage.words();
         let l = &inner.layout;
         let names: Vec<&str> = inner.schema.events().iter().map(|e| e.name()).collect();

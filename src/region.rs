@@ -33,6 +33,15 @@ impl fmt::Debug for Storage {
 }
 
 impl Storage {
+    /// For a mapped region, whether its file still has its full length.
+    pub(crate) fn check_len(&self) -> Result<(), AttachError> {
+        match self {
+            Storage::Heap(_) => Ok(()),
+            #[cfg(not(edgemark_loom))]
+            Storage::Mapped(m) => m.check_len(),
+        }
+    }
+
     #[inline]
     pub(crate) fn words(&self) -> &[AtomicU64] {
         match self {
@@ -55,8 +64,9 @@ impl Storage {
 #[cfg(not(edgemark_loom))]
 pub(crate) struct Mapped {
     map: memmap2::MmapRaw,
-    /// Kept open for the lifetime of the mapping (and for future locks).
-    _file: std::fs::File,
+    /// Kept open for the lifetime of the mapping: its length is re-checked
+    /// before sweeps, and a sealed region lives as long as it is open.
+    file: std::fs::File,
 }
 
 #[cfg(not(edgemark_loom))]
@@ -65,7 +75,22 @@ impl Mapped {
         let map = memmap2::MmapOptions::new()
             .len(len as usize)
             .map_raw(&file)?;
-        Ok(Mapped { map, _file: file })
+        Ok(Mapped { map, file })
+    }
+
+    /// Whether the file still covers the whole mapping. Touching mapped
+    /// pages past the end of a shrunk file raises SIGBUS.
+    fn check_len(&self) -> Result<(), AttachError> {
+        let actual = self
+            .file
+            .metadata()
+            .map_err(|e| AttachError::Io(PathBuf::from("(mapped region)"), e))?
+            .len();
+        let expected = self.map.len() as u64;
+        if actual < expected {
+            return Err(AttachError::Length { actual, expected });
+        }
+        Ok(())
     }
 
     #[inline]
@@ -490,6 +515,42 @@ pub(crate) fn create_file(path: &Path, header: &Header) -> Result<Storage, Creat
     Ok(Storage::Mapped(mapped))
 }
 
+/// Creates the region in a sealed memory file (`memfd_create` with
+/// `F_SEAL_SHRINK | F_SEAL_GROW`): nobody can change its length, so no
+/// process can make another's accesses fault. Other processes attach through
+/// `/proc/<pid>/fd/<fd>` while this process keeps it open.
+#[cfg(not(edgemark_loom))]
+pub(crate) fn create_sealed(header: &Header) -> Result<(Storage, PathBuf), CreateError> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let path = PathBuf::from("(memfd)");
+    let io = |e: std::io::Error| CreateError::Io(path.clone(), e);
+    let name = c"edgemark-region";
+    // SAFETY: `name` is a NUL-terminated string; the flags are valid.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nothing
+    // else; the File takes ownership and closes it.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let len = header.layout.bytes();
+    file.set_len(len).map_err(io)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a valid fd we own, with a valid command and argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    let attach_path = PathBuf::from(format!(
+        "/proc/{}/fd/{}",
+        std::process::id(),
+        file.as_raw_fd()
+    ));
+    let mapped = Mapped::new(file, len).map_err(io)?;
+    write_header(mapped.words(), header);
+    Ok((Storage::Mapped(mapped), attach_path))
+}
+
 /// Options for attaching to an existing region file.
 ///
 /// [`Recorder::attach`](crate::Recorder::attach) is the same as
@@ -544,6 +605,32 @@ impl AttachOptions {
         crate::Recorder::from_parts(storage, header, Some(path.to_owned()), self)
     }
 
+    /// Opens a private, in-memory copy of a region's bytes (a file saved for
+    /// later study, say), validated exactly as [`AttachOptions::attach`]
+    /// validates a file. Records into the copy change only the copy.
+    pub fn attach_copy(&self, bytes: &[u8]) -> Result<crate::Recorder, AttachError> {
+        let len = bytes.len() as u64;
+        if len == 0 {
+            return Err(AttachError::NotInitialised);
+        }
+        if len > MAX_REGION_BYTES || len % 8 != 0 {
+            return Err(AttachError::Length {
+                actual: len,
+                expected: len.next_multiple_of(8).min(MAX_REGION_BYTES),
+            });
+        }
+        let words = crate::sync::zeroed_words(bytes.len() / 8);
+        for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
+            // Relaxed: the copy is private until it is returned.
+            w.store(
+                u64::from_le_bytes(b.try_into().expect("8 bytes")),
+                Ordering::Relaxed,
+            );
+        }
+        let header = read_header(&words, len)?;
+        crate::Recorder::from_parts(Storage::Heap(words), header, None, self)
+    }
+
     /// Checks a validated header against these options.
     pub(crate) fn check(&self, h: &Header) -> Result<bool, AttachError> {
         if let Some(s) = &self.expect_schema {
@@ -579,10 +666,14 @@ fn open_file(path: &Path, opts: &AttachOptions) -> Result<(Storage, Header), Att
             AttachError::Io(path.to_owned(), e)
         }
     };
+    // Never through a symlink, except the kernel's own links to another
+    // process's open file (how sealed regions are shared).
+    let proc_fd = path.starts_with("/proc") && path.parent().is_some_and(|p| p.ends_with("fd"));
+    let nofollow = if proc_fd { 0 } else { libc::O_NOFOLLOW };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(nofollow | libc::O_CLOEXEC)
         .open(path)
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;

@@ -199,6 +199,18 @@ impl Snapshot {
         edges: &[Edge],
     ) -> Snapshot {
         let chunk_event = schema.events().iter().position(|e| e.keeps_chunk_seq());
+        let mut corrupt = raw.corrupt;
+        let domains = schema.domains().len();
+        let mut raw = raw;
+        for seg in &mut raw.segments {
+            for v in &mut seg.values {
+                // A value in an undeclared domain was not written by edgemark.
+                if v.is_some_and(|v| usize::from(v.domain) >= domains) {
+                    *v = None;
+                    corrupt = true;
+                }
+            }
+        }
         let mut segments: Vec<EdgeSegment> = raw
             .segments
             .into_iter()
@@ -229,7 +241,7 @@ impl Snapshot {
         Snapshot {
             state,
             dropped_segments: raw.dropped,
-            corrupt: raw.corrupt,
+            corrupt,
             segments,
         }
     }

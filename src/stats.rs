@@ -79,12 +79,12 @@ impl Histogram {
     /// `(upper bound in ms, cumulative count)` pairs, ending with
     /// `(+inf, count)`: the form Prometheus expects.
     pub fn cumulative(&self) -> Vec<(f64, u64)> {
-        let mut total = 0;
+        let mut total = 0u64;
         let mut out: Vec<(f64, u64)> = BUCKETS_MS
             .iter()
             .zip(&self.buckets)
             .map(|(le, n)| {
-                total += n;
+                total = total.saturating_add(*n);
                 (*le, total)
             })
             .collect();
@@ -102,8 +102,18 @@ pub(crate) fn read(
     let base = l.hist(edge, metric);
     // Relaxed: statistics, see `observe`.
     let get = |i: usize| words[base + i].load(Ordering::Relaxed);
+    // Counts written by another process may be garbage: clamp them so that
+    // no reader summing the buckets can overflow.
+    let mut total = 0u64;
+    let buckets = (0..=BUCKETS_MS.len())
+        .map(|i| {
+            let v = get(i).min(u64::MAX - total);
+            total += v;
+            v
+        })
+        .collect();
     Histogram {
-        buckets: (0..=BUCKETS_MS.len()).map(get).collect(),
+        buckets,
         sum_ms: get(BUCKETS_MS.len() + 1) as f64 / 1000.0,
         count: get(HIST_WORDS - 1),
     }

@@ -220,7 +220,7 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
             .arg("--dir")
             .arg(dir.path())
             .arg("--seed")
-            .arg((opts.seed ^ u64::from(stage + 1) * 0x1000_0001).to_string())
+            .arg((opts.seed ^ (u64::from(stage + 1) * 0x1000_0001)).to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

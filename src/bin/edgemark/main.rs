@@ -400,6 +400,8 @@ mod cli {
     }
 
     fn inspect(rec: &Recorder, json: bool) -> Result<()> {
+        rec.check()
+            .context("the region changed under this process")?;
         let info = rec.info().expect("an enabled recorder");
         let schema = rec.schema().expect("an enabled recorder");
         let counters = rec.counters();
