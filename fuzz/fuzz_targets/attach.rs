@@ -1,0 +1,35 @@
+//! Any bytes, opened as a region: an error or a working region, never a
+//! panic or an out-of-bounds access. Run with `cargo +nightly fuzz run attach`
+//! from the repository root.
+#![no_main]
+
+use edgemark::{AttachOptions, Event, Mark, Token};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(rec) = AttachOptions::new().allow_foreign_clock(true).attach_copy(data) else {
+        return;
+    };
+    let info = rec.info().expect("an enabled recorder");
+    let _ = rec.counters();
+    let _ = rec.histograms();
+    for (t, s) in rec.snapshot_open() {
+        let _ = keys_len(&s);
+        for e in rec.edges() {
+            let _ = rec.record(t, Mark::new(*e, Event::ConsumerFirstAccept));
+            let _ = rec.start_segment(t, *e, 3);
+        }
+        let _ = rec.close(t);
+    }
+    for slot in 0..info.slots.min(16) {
+        let t = Token::from_u128((u128::from(info.region_id) << 64) | (u128::from(slot) << 32) | 1);
+        let _ = rec.snapshot(t);
+    }
+    while rec.begin().is_ok() {}
+    let _ = rec.reclaim_where(|_| true, |_| true);
+    let _ = edgemark::export::Exporter::new(rec).encode();
+});
+
+fn keys_len(s: &edgemark::Snapshot) -> usize {
+    s.segments().iter().map(|g| g.key().len()).sum()
+}
