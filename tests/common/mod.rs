@@ -645,11 +645,12 @@ pub fn case_08_close_fences_late_events_and_id_reuse(p: &mut dyn Pipeline) {
     orch.drop_request("req-1");
 }
 
-/// The four removal paths of the upstream orchestrator: normal completion,
-/// client disconnect, timeout and stage error all reach the same close.
+/// The four removal paths of the upstream orchestrator (normal completion,
+/// client disconnect, timeout, stage error) and the synchronous abort that
+/// upstream missed all reach the same close.
 pub fn case_09_every_cleanup_path_releases(p: &mut dyn Pipeline) {
     let owner = p.owner().clone();
-    for path in ["normal", "client_disconnect", "timeout", "stage_error"] {
+    for path in ["normal", "abort", "client_disconnect", "timeout", "stage_error"] {
         let mut orch = Orchestrator::new(&owner);
         let t = orch.add(path);
         assert_eq!(
