@@ -1,6 +1,12 @@
 //! Any bytes, opened as a region: an error or a working region, never a
-//! panic or an out-of-bounds access. Run with `cargo +nightly fuzz run attach`
-//! from the repository root.
+//! panic or an out-of-bounds access. From the repository root:
+//!
+//! ```text
+//! cargo +nightly fuzz run attach fuzz/corpus/attach fuzz/seeds
+//! ```
+//!
+//! (new inputs go to the first directory; `fuzz/seeds` holds a small valid
+//! region, so that the fuzzer starts past the header checks).
 #![no_main]
 
 use edgemark::{AttachOptions, Event, Mark, Token};
