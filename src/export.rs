@@ -18,7 +18,7 @@
 //! server.shutdown();
 //! ```
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -219,18 +219,48 @@ fn accept_loop(listener: &TcpListener, registry: &Registry, stop: &AtomicBool) {
     }
 }
 
-fn answer(stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request = String::new();
-    reader.read_line(&mut request)?;
-    // Read (and ignore) the headers.
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 2 {
-        line.clear();
+/// Longest request head read (request line and headers).
+const MAX_REQUEST: usize = 8 * 1024;
+/// Longest a client may take to send its request head.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(3);
+
+/// Reads a request head, bounded in size and in time: a client that sends
+/// too much, or too slowly, gets nothing and cannot hold the exporter.
+fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || head.len() >= MAX_REQUEST {
+            return Ok(None);
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        head.extend_from_slice(&buf[..n.min(MAX_REQUEST - head.len())]);
     }
+    Ok(Some(String::from_utf8_lossy(&head).into_owned()))
+}
+
+fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let Some(head) = read_head(&mut stream)? else {
+        return Ok(());
+    };
+    let request = head.lines().next().unwrap_or("");
     let mut parts = request.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
@@ -251,13 +281,12 @@ fn answer(stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
             "not found\n".to_owned(),
         ),
     };
-    let mut out = stream;
     write!(
-        out,
+        stream,
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
-    out.flush()
+    stream.flush()
 }
 
 /// A running `/metrics` endpoint; see [`Exporter::serve`].

@@ -50,12 +50,13 @@
 
 use crate::layout::{Layout, H_COUNTERS, H_CURSOR, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
-use crate::sync::{spin_step, AtomicU64, Ordering};
+use crate::sync::{fence, spin_step, AtomicU64, Ordering};
 use crate::word::{self, Cell, SlotState, Value};
 
 /// How many rounds a control operation waits for another one on the same
-/// slot before giving up with [`Outcome::Busy`].
-const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 20_000 };
+/// slot before giving up with [`Outcome::Busy`]: with `spin_step`'s
+/// back-off, about a second.
+const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 2_000 };
 
 /// One kept segment of one edge, as read from the region.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +95,8 @@ pub(crate) enum Reclaimed {
 /// The result of trying to take a slot's control lock.
 enum Lock {
     Held,
+    /// Taken from a holder that died inside its operation.
+    TookOver,
     Refused(Outcome),
 }
 
@@ -147,6 +150,12 @@ impl<'a> Proto<'a> {
             {
                 continue;
             }
+            // Release fence: a reader whose Acquire load reads any of the
+            // Relaxed stores below (a laid cell, an entry word) then also
+            // sees our `Beginning` head, so a snapshot of the slot's previous
+            // request that reads them fails its final head check rather than
+            // showing that request half-erased.
+            fence(Ordering::Release);
             // Relaxed: all published by the Release stores of the segment
             // words and the head below.
             self.w(l.origin(slot)).store(origin_ns, Ordering::Relaxed);
@@ -166,9 +175,19 @@ impl<'a> Proto<'a> {
                     .store(word::seg(0, 0), Ordering::Release);
             }
             // Release: publishes the whole slot; pairs with the Acquire loads
-            // of the head in `snapshot`, `close` and `start_segment`.
-            head.store(word::head(gen, SlotState::Open), Ordering::Release);
-            return Some((slot, gen));
+            // of the head in `snapshot`, `close` and `start_segment`. A CAS
+            // from the exact word we hold, not a store: if a reclaim took
+            // the slot from us (it judged us dead), we must not roll its
+            // head back. Relaxed on failure: we give the slot up.
+            if self.unlock(
+                slot,
+                gen,
+                SlotState::Beginning,
+                owner.0 as u32,
+                SlotState::Open,
+            ) {
+                return Some((slot, gen));
+            }
         }
         None
     }
@@ -218,11 +237,14 @@ impl<'a> Proto<'a> {
             Ok(w) => w,
             Err(why) => return self.count(why),
         };
-        // Release: pairs with the AcqRel swap in `close`. Our origin load then
-        // happens before the close, hence before any later `begin` of this
-        // slot stores a new origin. Snapshots read only this word, so they
-        // need nothing more. Relaxed on failure: the observed word is only
-        // classified.
+        // Release, for two pairings. With the AcqRel swap in `close`: our
+        // origin load then happens before the close, hence before any later
+        // `begin` of this slot stores a new origin. With the Acquire cell
+        // loads of `snapshot` (and the fence in `refuse_cell`): a reader that
+        // sees this value also sees the head as new as our request, so a
+        // snapshot of an older request that reads it fails its final head
+        // check (loom model m7). Relaxed on failure: the observed word is
+        // only classified.
         match cell.compare_exchange(empty, new, Ordering::Release, Ordering::Relaxed) {
             Ok(_) => Outcome::Recorded,
             Err(actual) => self.refuse_cell(slot, gen, actual),
@@ -247,18 +269,57 @@ impl<'a> Proto<'a> {
 
     #[cold]
     fn refuse_cell(&self, slot: u32, gen: u32, seen: u64) -> Outcome {
+        // Acquire fence: pairs with the Release CAS (a value) or the AcqRel
+        // swap (a seal) that wrote `seen`, so the head load in `refuse` sees
+        // the slot at least as new as the request that wrote it. Without it
+        // a stale writer that read a newer request's value could be told
+        // `Duplicate` (found by the loom model m3).
+        fence(Ordering::Acquire);
         let why = match word::decode(seen) {
             Cell::Value(_) => Outcome::Duplicate,
             Cell::Sealed => Outcome::Closed,
-            // Laid for another epoch: a newer segment relaid the entry.
+            // An empty word names its epoch: laid by a newer request. (begin
+            // lays cells with Relaxed stores, so the head load alone could
+            // still show this token's generation.)
+            Cell::Empty { gen: g, .. } if g != gen => return self.count(Outcome::Reused),
+            // Laid for a newer segment of this request: the entry was relaid.
             Cell::Empty { .. } => Outcome::StaleSegment,
             Cell::Corrupt => Outcome::Corrupt,
         };
         self.refuse(slot, gen, why)
     }
 
+    /// Ends a control operation: `from(gen, holder)` to `to(gen)`, by CAS
+    /// from the exact word held. False if another party took the lock over
+    /// (a reclaim or close that judged the holder dead); then nothing is
+    /// stored.
+    fn unlock(&self, slot: u32, gen: u32, from: SlotState, holder: u32, to: SlotState) -> bool {
+        // Release: ends the control operation; pairs with the next lock's
+        // Acquire and with snapshots' Acquire loads of the head. Relaxed on
+        // failure: nothing was written.
+        self.w(self.layout.head(slot))
+            .compare_exchange(
+                word::head_held(gen, from, holder),
+                word::head(gen, to),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
     /// Takes the slot's control lock for `holder`, moving `Open(gen)` to `to`.
-    fn lock(&self, slot: u32, gen: u32, to: SlotState, holder: u32) -> Lock {
+    ///
+    /// While another operation holds the slot (`Segmenting`), waits a bounded
+    /// time; if `holder_alive` says the holder is gone, takes the lock over
+    /// from it (`Lock::TookOver`).
+    fn lock(
+        &self,
+        slot: u32,
+        gen: u32,
+        to: SlotState,
+        holder: u32,
+        holder_alive: &dyn Fn(u32) -> bool,
+    ) -> Lock {
         let head = self.w(self.layout.head(slot));
         for round in 0..LOCK_ROUNDS {
             // Acquire: pairs with the Release store that ended the previous
@@ -285,7 +346,24 @@ impl<'a> Proto<'a> {
                         return Lock::Held;
                     }
                 }
-                SlotState::Segmenting => spin_step(round),
+                SlotState::Segmenting => {
+                    if round % 64 == 63 && (d.holder == 0 || !holder_alive(d.holder)) {
+                        // Acquire as above: we build on whatever the dead
+                        // holder stored. Relaxed on failure: we retry.
+                        if head
+                            .compare_exchange(
+                                h,
+                                word::head_held(gen, to, holder),
+                                Ordering::Acquire,
+                                Ordering::Relaxed,
+                            )
+                            .is_ok()
+                        {
+                            return Lock::TookOver;
+                        }
+                    }
+                    spin_step(round);
+                }
                 SlotState::Free | SlotState::Closing | SlotState::Beginning => {
                     return Lock::Refused(Outcome::Closed)
                 }
@@ -302,9 +380,12 @@ impl<'a> Proto<'a> {
         edge: usize,
         index: u32,
         holder: u32,
+        holder_alive: &dyn Fn(u32) -> bool,
     ) -> Outcome {
         let l = self.layout;
-        if let Lock::Refused(why) = self.lock(slot, gen, SlotState::Segmenting, holder) {
+        if let Lock::Refused(why) =
+            self.lock(slot, gen, SlotState::Segmenting, holder, holder_alive)
+        {
             return self.count(why);
         }
         let seg_word = self.w(l.seg(slot, edge));
@@ -328,8 +409,13 @@ impl<'a> Proto<'a> {
                 for ev in 0..l.events as usize {
                     // Release: a snapshot that reads a relaid cell (Acquire)
                     // then also sees the new entry word, and skips the entry.
+                    // A swap rather than a store: a writer's CAS on the cell
+                    // and the relay are then both read-modify-writes, ordered
+                    // in the cell's modification order in a way loom checks
+                    // strictly (it under-constrains a plain store racing a
+                    // CAS). The value it returns is the evicted segment's.
                     self.w(l.cell(slot, edge, entry, ev))
-                        .store(word::empty(gen, count), Ordering::Release);
+                        .swap(word::empty(gen, count), Ordering::Release);
                 }
                 // Release: pairs with the Acquire load in `record`; writers
                 // of the new segment find its cells laid.
@@ -337,29 +423,59 @@ impl<'a> Proto<'a> {
                 Outcome::Started
             }
         };
-        // Release: ends the control operation; pairs with the next lock's
-        // Acquire and with snapshots' Acquire loads of the head.
-        self.w(l.head(slot))
-            .store(word::head(gen, SlotState::Open), Ordering::Release);
+        if !self.unlock(slot, gen, SlotState::Segmenting, holder, SlotState::Open) {
+            // Taken over by a close or reclaim that judged us dead: it sealed
+            // the slot, so the segment we started records nothing.
+            return self.count(Outcome::Closed);
+        }
         self.count(outcome)
     }
 
     /// Closes the request: seals every kept cell, collects the final values,
     /// frees the slot. `None` if the token's request is not open.
-    pub(crate) fn close(&self, slot: u32, gen: u32, holder: u32) -> Result<RawSnapshot, Outcome> {
-        match self.lock(slot, gen, SlotState::Closing, holder) {
+    ///
+    /// `Ok((snapshot, true))` when this call closed it; `Ok((snapshot,
+    /// false))` when a reclaim took the slot over mid-way (the snapshot may
+    /// lack what the reclaim sealed first, and the request is not counted
+    /// twice); `Err(Busy)` when a live control operation held the slot for
+    /// the whole bounded wait (the request is still open: close again).
+    pub(crate) fn close(
+        &self,
+        slot: u32,
+        gen: u32,
+        holder: u32,
+        holder_alive: &dyn Fn(u32) -> bool,
+    ) -> Result<(RawSnapshot, bool), Outcome> {
+        match self.lock(slot, gen, SlotState::Closing, holder, holder_alive) {
             Lock::Held => {}
+            // A start that died half-way may have laid cells outside the
+            // window: seal everything first.
+            Lock::TookOver => self.seal_all(slot, gen),
             Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
             Lock::Refused(why) => return Err(why),
         }
-        let snap = self.seal_and_free(slot, gen);
-        self.account_closed(&snap);
-        Ok(snap)
+        Ok(self.seal_and_free(slot, gen, holder))
+    }
+
+    /// Seals every cell of every ring entry of the slot, for a holder that
+    /// took the slot from a dead one.
+    fn seal_all(&self, slot: u32, gen: u32) {
+        let l = self.layout;
+        for edge in 0..l.edges as usize {
+            for entry in 0..l.segments as usize {
+                for ev in 0..l.events as usize {
+                    // AcqRel: as for close's seals, before the Free store.
+                    self.w(l.cell(slot, edge, entry, ev))
+                        .swap(word::sealed(gen, 0), Ordering::AcqRel);
+                }
+            }
+        }
     }
 
     /// The second half of close, for the holder of the slot's `Closing`
     /// lock: seals every kept cell, collects the values, frees the slot.
-    fn seal_and_free(&self, slot: u32, gen: u32) -> RawSnapshot {
+    /// The flag says whether this holder freed it (no one took over).
+    fn seal_and_free(&self, slot: u32, gen: u32, holder: u32) -> (RawSnapshot, bool) {
         let l = self.layout;
         let mut snap = RawSnapshot::default();
         for edge in 0..l.edges as usize {
@@ -401,11 +517,11 @@ impl<'a> Proto<'a> {
                 snap.segments.push(seg);
             }
         }
-        // Release: pairs with the Acquire CAS in `begin`: the next occupant's
-        // cell stores come after our seals in every cell's modification order.
-        self.w(l.head(slot))
-            .store(word::head(gen, SlotState::Free), Ordering::Release);
-        snap
+        // Release (in `unlock`): pairs with the Acquire CAS in `begin`: the
+        // next occupant's cell stores come after our seals in every cell's
+        // modification order.
+        let freed = self.unlock(slot, gen, SlotState::Closing, holder, SlotState::Free);
+        (snap, freed)
     }
 
     /// Frees `slot` if the process that holds it is dead: the owner of an
@@ -459,16 +575,10 @@ impl<'a> Proto<'a> {
         // A dead holder may have laid cells outside the window of kept
         // segments (begin's entry 0, or a start that never published its
         // segment word): seal every entry, not only the kept ones.
-        for edge in 0..l.edges as usize {
-            for entry in 0..l.segments as usize {
-                for ev in 0..l.events as usize {
-                    // AcqRel: as for close's seals, before the Free store.
-                    self.w(l.cell(slot, edge, entry, ev))
-                        .swap(word::sealed(d.gen, 0), Ordering::AcqRel);
-                }
-            }
+        self.seal_all(slot, d.gen);
+        if !self.seal_and_free(slot, d.gen, me).1 {
+            return None;
         }
-        self.seal_and_free(slot, d.gen);
         // Relaxed: a statistics counter.
         self.w(H_RECLAIMED).fetch_add(1, Ordering::Relaxed);
         Some(kind)
@@ -501,10 +611,13 @@ impl<'a> Proto<'a> {
             for count in l.window(cur.count) {
                 let entry = l.ring(count);
                 let entry_word = self.w(l.entry(slot, edge, entry));
-                // Acquire (both entry loads and the cell loads): keeps the
-                // loads in program order, so the second entry load is after
-                // the cells; see the Release cell stores in `start_segment`.
-                let before = entry_word.load(Ordering::Acquire);
+                // Relaxed (both entry loads): the segment word's Acquire
+                // already shows this count laid, and the Acquire cell loads
+                // keep the second entry load after them; a cell relaid with
+                // Release (`start_segment`) that we read then makes the new
+                // entry word visible to that second load (loom mutation M18
+                // weakened these and nothing failed, as this argues).
+                let before = entry_word.load(Ordering::Relaxed);
                 let Some(ew) = word::decode_seg(before) else {
                     snap.corrupt = true;
                     continue;
@@ -532,7 +645,7 @@ impl<'a> Proto<'a> {
                         }
                     });
                 }
-                if entry_word.load(Ordering::Acquire) != before {
+                if entry_word.load(Ordering::Relaxed) != before {
                     continue;
                 }
                 snap.corrupt |= seg.corrupt;

@@ -230,10 +230,10 @@ impl RegionBuilder {
     /// use).
     pub fn create_in_memory(&self) -> Result<Recorder, CreateError> {
         let header = self.header()?;
-        let words = crate::sync::zeroed_words(header.layout.total_words);
-        region::write_header(&words, &header);
+        let heap = crate::sync::HeapWords::zeroed(header.layout.total_words);
+        region::write_header(heap.words(), &header);
         Ok(Recorder::from_header(
-            Storage::Heap(words),
+            Storage::Heap(heap),
             header,
             None,
             true,
@@ -617,13 +617,24 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
-        p.start_segment(token.slot, token.gen, edge, segment, holder())
+        p.start_segment(
+            token.slot,
+            token.gen,
+            edge,
+            segment,
+            holder(),
+            &clock::pid_alive,
+        )
     }
 
     /// Closes the request and returns its final snapshot.
     ///
     /// Idempotent: closing a closed, reused or foreign token returns an empty
-    /// snapshot in state [`RequestState::Gone`]. Every removal path
+    /// snapshot in state [`RequestState::Gone`]. If another control
+    /// operation of a live process holds the request for about a second, the
+    /// result is an empty snapshot in state [`RequestState::Busy`] and the
+    /// request stays open: close again. A process that died holding it is
+    /// taken over. Every removal path
     /// (completion, abort, disconnect, timeout, error) should call it; it
     /// never fails the rest of a cleanup. Late records are refused, and the
     /// slot can be reused at once.
@@ -631,8 +642,18 @@ impl Recorder {
         let Some(inner) = self.valid(token) else {
             return Snapshot::gone();
         };
-        match Recorder::proto(inner).close(token.slot, token.gen, holder()) {
-            Ok(raw) => Snapshot::from_raw(raw, RequestState::Closed, &inner.schema, &inner.edges),
+        let p = Recorder::proto(inner);
+        match p.close(token.slot, token.gen, holder(), &clock::pid_alive) {
+            Ok((mut raw, freed)) => {
+                crate::snapshot::sanitize(&mut raw, &inner.schema);
+                if freed {
+                    // Only the close that freed the slot counts the request,
+                    // so each is counted once.
+                    p.account_closed(&raw);
+                }
+                Snapshot::from_raw(raw, RequestState::Closed, &inner.schema, &inner.edges)
+            }
+            Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
             Err(_) => Snapshot::gone(),
         }
     }

@@ -16,7 +16,7 @@ use crate::Edge;
 /// Where a region's words live.
 pub(crate) enum Storage {
     /// An in-memory region, private to this process.
-    Heap(Box<[AtomicU64]>),
+    Heap(crate::sync::HeapWords),
     /// A shared mapping of a region file.
     #[cfg(not(edgemark_loom))]
     Mapped(Mapped),
@@ -25,7 +25,7 @@ pub(crate) enum Storage {
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Storage::Heap(w) => write!(f, "Heap({} words)", w.len()),
+            Storage::Heap(w) => write!(f, "Heap({} words)", w.words().len()),
             #[cfg(not(edgemark_loom))]
             Storage::Mapped(m) => write!(f, "Mapped({} bytes)", m.map.len()),
         }
@@ -45,7 +45,7 @@ impl Storage {
     #[inline]
     pub(crate) fn words(&self) -> &[AtomicU64] {
         match self {
-            Storage::Heap(w) => w,
+            Storage::Heap(w) => w.words(),
             #[cfg(not(edgemark_loom))]
             Storage::Mapped(m) => m.words(),
         }
@@ -619,7 +619,8 @@ impl AttachOptions {
                 expected: len.next_multiple_of(8).min(MAX_REGION_BYTES),
             });
         }
-        let words = crate::sync::zeroed_words(bytes.len() / 8);
+        let heap = crate::sync::HeapWords::zeroed(bytes.len() / 8);
+        let words = heap.words();
         for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
             // Relaxed: the copy is private until it is returned.
             w.store(
@@ -627,8 +628,8 @@ impl AttachOptions {
                 Ordering::Relaxed,
             );
         }
-        let header = read_header(&words, len)?;
-        crate::Recorder::from_parts(Storage::Heap(words), header, None, self)
+        let header = read_header(words, len)?;
+        crate::Recorder::from_parts(Storage::Heap(heap), header, None, self)
     }
 
     /// Checks a validated header against these options.
@@ -656,6 +657,19 @@ impl AttachOptions {
     }
 }
 
+/// Whether `path` is exactly `/proc/<pid>/fd/<n>` or `/proc/self/fd/<n>`.
+fn is_proc_fd(path: &Path) -> bool {
+    use std::path::Component;
+    let c: Vec<Component<'_>> = path.components().collect();
+    let digits = |c: &Component<'_>| matches!(c, Component::Normal(s) if !s.is_empty() && s.to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit())));
+    c.len() == 5
+        && c[0] == Component::RootDir
+        && c[1] == Component::Normal("proc".as_ref())
+        && (digits(&c[2]) || c[2] == Component::Normal("self".as_ref()))
+        && c[3] == Component::Normal("fd".as_ref())
+        && digits(&c[4])
+}
+
 #[cfg(not(edgemark_loom))]
 fn open_file(path: &Path, opts: &AttachOptions) -> Result<(Storage, Header), AttachError> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -666,14 +680,20 @@ fn open_file(path: &Path, opts: &AttachOptions) -> Result<(Storage, Header), Att
             AttachError::Io(path.to_owned(), e)
         }
     };
-    // Never through a symlink, except the kernel's own links to another
-    // process's open file (how sealed regions are shared).
-    let proc_fd = path.starts_with("/proc") && path.parent().is_some_and(|p| p.ends_with("fd"));
-    let nofollow = if proc_fd { 0 } else { libc::O_NOFOLLOW };
+    // Never through a symlink, except the kernel's own link to another
+    // process's open file, exactly `/proc/<pid or self>/fd/<n>` (how sealed
+    // regions are shared). O_NONBLOCK and O_NOCTTY: a path that names a
+    // device or a FIFO must not block the open or become our terminal; it
+    // is refused just below as not a regular file.
+    let nofollow = if is_proc_fd(path) {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(nofollow | libc::O_CLOEXEC)
+        .custom_flags(nofollow | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;

@@ -19,6 +19,10 @@ pub enum RequestState {
     /// The token names no open request (closed before, reused, foreign, or
     /// the recorder is disabled): the snapshot is empty.
     Gone,
+    /// `close` could not take the request: another control operation of a
+    /// live process held it for the whole bounded wait (about a second).
+    /// The request is still open; close it again. The snapshot is empty.
+    Busy,
 }
 
 /// One recorded value: elapsed time from the request's origin in a clock
@@ -164,6 +168,21 @@ impl Serialize for EdgeSegment {
     }
 }
 
+/// Drops values no edgemark process writes (a clock domain the schema does
+/// not declare) and marks their segment corrupt.
+pub(crate) fn sanitize(raw: &mut RawSnapshot, schema: &Schema) {
+    let domains = schema.domains().len();
+    for seg in &mut raw.segments {
+        for v in &mut seg.values {
+            if v.is_some_and(|v| usize::from(v.domain) >= domains) {
+                *v = None;
+                seg.corrupt = true;
+                raw.corrupt = true;
+            }
+        }
+    }
+}
+
 /// A detached snapshot of one request: an owned value with no reference into
 /// the region.
 ///
@@ -182,10 +201,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// An empty snapshot in `state`.
+    /// An empty snapshot.
     pub(crate) fn gone() -> Snapshot {
+        Snapshot::empty(RequestState::Gone)
+    }
+
+    /// An empty snapshot in `state`.
+    pub(crate) fn empty(state: RequestState) -> Snapshot {
         Snapshot {
-            state: RequestState::Gone,
+            state,
             dropped_segments: 0,
             corrupt: false,
             segments: Vec::new(),
@@ -199,18 +223,9 @@ impl Snapshot {
         edges: &[Edge],
     ) -> Snapshot {
         let chunk_event = schema.events().iter().position(|e| e.keeps_chunk_seq());
-        let mut corrupt = raw.corrupt;
-        let domains = schema.domains().len();
         let mut raw = raw;
-        for seg in &mut raw.segments {
-            for v in &mut seg.values {
-                // A value in an undeclared domain was not written by edgemark.
-                if v.is_some_and(|v| usize::from(v.domain) >= domains) {
-                    *v = None;
-                    corrupt = true;
-                }
-            }
-        }
+        sanitize(&mut raw, schema);
+        let corrupt = raw.corrupt;
         let mut segments: Vec<EdgeSegment> = raw
             .segments
             .into_iter()

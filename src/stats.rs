@@ -43,7 +43,7 @@ impl Proto<'_> {
     /// Adds a closed request's final values to the histograms and counts it.
     pub(crate) fn account_closed(&self, snap: &RawSnapshot) {
         let events = self.layout.events as usize;
-        for seg in &snap.segments {
+        for seg in snap.segments.iter().filter(|s| !s.corrupt) {
             for (ev, v) in seg.values.iter().enumerate() {
                 if let Some(v) = v {
                     self.observe(seg.edge, ev, v.elapsed_us);

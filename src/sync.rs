@@ -15,6 +15,11 @@ use loom::sync::atomic::AtomicU64 as Inner;
 
 pub(crate) use core::sync::atomic::Ordering;
 
+#[cfg(not(edgemark_loom))]
+pub(crate) use core::sync::atomic::fence;
+#[cfg(edgemark_loom)]
+pub(crate) use loom::sync::atomic::fence;
+
 /// The 64-bit atomic every protocol word is.
 ///
 /// A transparent wrapper rather than a re-export, so that `clippy.toml` can
@@ -27,6 +32,7 @@ pub(crate) use core::sync::atomic::Ordering;
 pub(crate) struct AtomicU64(Inner);
 
 impl AtomicU64 {
+    #[cfg(edgemark_loom)]
     #[inline]
     pub(crate) fn new(v: u64) -> AtomicU64 {
         AtomicU64(Inner::new(v))
@@ -86,13 +92,86 @@ pub(crate) fn spin_step(round: u32) {
     {
         if round < 64 {
             core::hint::spin_loop();
-        } else {
+        } else if round < 1000 {
             std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 }
 
-/// Makes a zeroed block of atomics on the heap, for in-memory regions.
-pub(crate) fn zeroed_words(len: usize) -> Box<[AtomicU64]> {
-    (0..len).map(|_| AtomicU64::new(0)).collect()
+/// A zeroed block of atomics on the heap, for in-memory regions, aligned to
+/// 128 bytes like a mapping (whose pages are aligned far more), so that
+/// slots padded to 128 bytes never share a cache line pair here either.
+pub(crate) struct HeapWords {
+    #[cfg(not(edgemark_loom))]
+    ptr: core::ptr::NonNull<AtomicU64>,
+    #[cfg(not(edgemark_loom))]
+    len: usize,
+    // loom's atomics carry model state and cannot be made from zeroed
+    // memory; alignment means nothing under loom.
+    #[cfg(edgemark_loom)]
+    words: Box<[AtomicU64]>,
+}
+
+#[cfg(not(edgemark_loom))]
+const HEAP_ALIGN: usize = 128;
+
+// SAFETY: a HeapWords owns its block, and AtomicU64 is Send and Sync.
+unsafe impl Send for HeapWords {}
+// SAFETY: as above; shared access only goes through the atomics.
+unsafe impl Sync for HeapWords {}
+
+impl HeapWords {
+    #[cfg(not(edgemark_loom))]
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len.max(1) * 8, HEAP_ALIGN)
+            .expect("a region's size is bounded far below isize::MAX")
+    }
+
+    /// `len` zeroed words.
+    pub(crate) fn zeroed(len: usize) -> HeapWords {
+        #[cfg(not(edgemark_loom))]
+        {
+            let layout = HeapWords::layout(len);
+            // SAFETY: the layout has a non-zero size.
+            let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+            let Some(ptr) = core::ptr::NonNull::new(raw.cast::<AtomicU64>()) else {
+                std::alloc::handle_alloc_error(layout)
+            };
+            HeapWords { ptr, len }
+        }
+        #[cfg(edgemark_loom)]
+        {
+            HeapWords {
+                words: (0..len).map(|_| AtomicU64::new(0)).collect(),
+            }
+        }
+    }
+
+    /// The words.
+    #[inline]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        #[cfg(not(edgemark_loom))]
+        {
+            // SAFETY:
+            // 1. `ptr` points to `len * 8` bytes allocated by `zeroed` with
+            //    128-byte alignment, live until `drop`.
+            // 2. All-zero bits are a valid AtomicU64 (transparent over u64).
+            // 3. The slice borrows `self`, so it cannot outlive the block.
+            unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+        #[cfg(edgemark_loom)]
+        {
+            &self.words
+        }
+    }
+}
+
+#[cfg(not(edgemark_loom))]
+impl Drop for HeapWords {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `zeroed` with this same layout, and freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), HeapWords::layout(self.len)) }
+    }
 }

@@ -340,3 +340,28 @@ fn a_real_prometheus_server_scrapes_the_histograms() {
         }
     }
 }
+
+#[test]
+fn clients_that_flood_or_stall_cannot_hold_the_exporter() {
+    let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    let server = Exporter::new(rec).serve("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    // One client sends a long line with no end; another sends half a
+    // request and then nothing.
+    let flood = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let junk = vec![b'x'; 64 * 1024];
+        let _ = s.write_all(&junk);
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        rest.len()
+    });
+    let mut stall = TcpStream::connect(addr).unwrap();
+    stall.write_all(b"GET /metr").unwrap();
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.contains("edgemark_region_ok 1"));
+    assert_eq!(flood.join().unwrap(), 0, "the flood got no answer");
+    drop(stall);
+    server.shutdown();
+}

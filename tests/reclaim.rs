@@ -137,11 +137,10 @@ fn a_slot_left_locked_by_a_dead_process_is_freed_and_a_live_holder_is_waited_for
         slot_word(&rec, u.slot(), 0),
         head(u, std::process::id(), 3),
     );
-    assert_eq!(
-        rec.close(u).state(),
-        RequestState::Gone,
-        "busy: the lock is held"
-    );
+    // A live holder: close waits about a second, then says so and leaves
+    // the request open.
+    assert_eq!(rec.close(u).state(), RequestState::Busy);
+    assert_eq!(rec.snapshot(u).state(), RequestState::Open);
     let r = rec.reclaim_dead_owners();
     assert_eq!((r.dead_owners, r.dead_holders), (0, 1));
     assert_eq!(
@@ -213,4 +212,43 @@ fn the_reclaim_command_reports_what_it_freed() {
         "freed 1 slots (1 of dead owners, 0 left locked by dead processes)"
     );
     assert_eq!(rec.open_requests().len(), 1);
+}
+
+#[test]
+fn close_takes_over_from_a_start_that_died_holding_the_slot() {
+    let (_d, path, rec) = region(4);
+    let t = rec.begin().unwrap();
+    assert_eq!(
+        rec.record_elapsed(
+            t,
+            Mark::new(E01, ProducerFirstNonemptyEmit),
+            3.0,
+            "host_monotonic"
+        ),
+        Outcome::Recorded
+    );
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    // As if a process died inside start_segment (state 3) on t's slot.
+    let head = (u64::from(t.generation()) << 32) | (u64::from(dead_pid) << 8) | 3;
+    poke(&path, slot_word(&rec, t.slot(), 0), head);
+    assert_eq!(
+        rec.start_segment(t, E01, 1),
+        Outcome::Started,
+        "a dead holder is taken over"
+    );
+    let last = rec.close(t);
+    assert_eq!(last.state(), RequestState::Closed);
+    assert_eq!(
+        last.segment(E01, 0)
+            .unwrap()
+            .elapsed_ms(ProducerFirstNonemptyEmit),
+        Some(3.0)
+    );
+    assert_eq!(rec.counters().closed_requests, 1);
+    assert_eq!(
+        rec.record(t, Mark::new(E01, ConsumerFirstAccept)),
+        Outcome::Closed
+    );
 }
