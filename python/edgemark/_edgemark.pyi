@@ -1,0 +1,173 @@
+"""Type stubs of the native module ``edgemark._edgemark`` (re-exported by
+``edgemark``)."""
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, final
+
+from . import Event
+
+_TokenLike = Union["Token", str, bytes, int, None]
+_EventLike = Union[Event, str, int]
+_Path = Union[str, "os.PathLike[str]"]
+#: A snapshot: ``"from->to:segment"`` to the edge segment's object.
+_Snapshot = Dict[str, Dict[str, Any]]
+
+HOST_MONOTONIC: str
+MAX_ELAPSED_MS: float
+MAX_CHUNK_SEQ: int
+OUTCOME_NAMES: Tuple[str, ...]
+EVENT_NAMES: Tuple[str, ...]
+__version__: str
+__all__ = [
+    "Region",
+    "Token",
+    "default_dir",
+    "monotonic_ns",
+    "HOST_MONOTONIC",
+    "MAX_ELAPSED_MS",
+    "MAX_CHUNK_SEQ",
+    "OUTCOME_NAMES",
+    "EVENT_NAMES",
+    "__version__",
+]
+
+def default_dir() -> str:
+    """``/dev/shm`` where it exists, else the system's temporary directory."""
+
+def monotonic_ns() -> int:
+    """``CLOCK_MONOTONIC`` now, in nanoseconds: the shared clock ``record`` reads."""
+
+@final
+class Token:
+    """One request instance in one region: region ID, slot and generation.
+
+    Travels as ``str(token)``, ``bytes(token)`` (16 bytes) or ``int(token)``;
+    pickles; compares and hashes by value.
+    """
+
+    def __new__(cls, value: Union["Token", str, bytes, int]) -> "Token":
+        """A token from any of its forms; ``ValueError`` if ``value`` is none."""
+    @staticmethod
+    def parse(s: str) -> "Token":
+        """The token written as ``str(token)``; ``ValueError`` otherwise."""
+    @staticmethod
+    def from_bytes(b: bytes) -> "Token":
+        """The token written as ``bytes(token)``; ``ValueError`` otherwise."""
+    @staticmethod
+    def from_int(v: int) -> "Token":
+        """The token written as ``int(token)``."""
+    @property
+    def slot(self) -> int: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def region_id(self) -> int: ...
+    def __str__(self) -> str: ...
+    def __bytes__(self) -> bytes: ...
+    def __int__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> Tuple[type, Tuple[str]]: ...
+
+@final
+class Region:
+    """A handle on a region of once-only first-event timestamps.
+
+    Recording never raises for runtime conditions; set-up errors raise
+    ``OSError`` or ``ValueError``.
+    """
+
+    @staticmethod
+    def create(
+        path: _Path,
+        edges: Optional[Iterable[Tuple[int, int]]] = ...,  # [(0, 1), (1, 2)]
+        slots: int = 4096,
+        segments: int = 4,
+        domains: Sequence[str] = (),
+        group_access: bool = False,
+    ) -> "Region":
+        """Creates a new region file at ``path`` (never over an existing file)."""
+    @staticmethod
+    def in_memory(
+        edges: Optional[Iterable[Tuple[int, int]]] = ...,  # [(0, 1), (1, 2)]
+        slots: int = 4096,
+        segments: int = 4,
+        domains: Sequence[str] = (),
+    ) -> "Region":
+        """A region on the heap, private to this process."""
+    @staticmethod
+    def attach(
+        path: _Path,
+        allow_foreign_clock: bool = False,
+        allow_foreign_owner: bool = False,
+    ) -> "Region":
+        """Attaches to an existing region file, validating its header."""
+    @staticmethod
+    def disabled() -> "Region":
+        """A region that records nothing (collection off by default)."""
+    def begin(self) -> Optional[Token]:
+        """Begins a request; ``None`` when the region is full or disabled."""
+    def record(
+        self,
+        token: _TokenLike,
+        from_stage: int,
+        to_stage: int,
+        event: _EventLike,
+        meaningful: bool = True,
+        chunk_seq: Optional[int] = None,
+        segment: int = 0,
+        elapsed_ms: Optional[float] = None,
+        clock_domain: Optional[str] = None,
+    ) -> bool:
+        """Records the first ``event``; ``True`` only if this call recorded it."""
+    def record_outcome(
+        self,
+        token: _TokenLike,
+        from_stage: int,
+        to_stage: int,
+        event: _EventLike,
+        meaningful: bool = True,
+        chunk_seq: Optional[int] = None,
+        segment: int = 0,
+        elapsed_ms: Optional[float] = None,
+        clock_domain: Optional[str] = None,
+    ) -> str:
+        """``record`` that returns the outcome's name (see ``edgemark.Outcome``)."""
+    def start_segment(
+        self, token: _TokenLike, from_stage: int, to_stage: int, segment: int
+    ) -> bool:
+        """Starts a newer segment on the edge; ``True`` if it started."""
+    def start_segment_outcome(
+        self, token: _TokenLike, from_stage: int, to_stage: int, segment: int
+    ) -> str:
+        """``start_segment`` that returns the outcome's name."""
+    def snapshot(self, token: _TokenLike) -> _Snapshot:
+        """A detached snapshot, as the upstream ``stream_edge_metrics`` dict."""
+    def snapshot_json(self, token: _TokenLike) -> str:
+        """``snapshot`` as the core's JSON text."""
+    def close(self, token: _TokenLike) -> _Snapshot:
+        """Closes the request (idempotent) and returns its final snapshot."""
+    def close_json(self, token: _TokenLike) -> str:
+        """``close`` returning the final snapshot as JSON text."""
+    def is_open(self, token: _TokenLike) -> bool:
+        """Whether ``token`` names an open request of this region."""
+    def open_requests(self) -> List[Token]:
+        """Tokens of every open request (a sweep, without the GIL)."""
+    def snapshot_open(self) -> List[Tuple[Token, _Snapshot]]:
+        """Snapshots of every open request (a sweep, without the GIL)."""
+    def reclaim_dead_owners(self) -> Dict[str, int]:
+        """Frees the slots of dead processes: ``{"dead_owners", "dead_holders"}``."""
+    def counters(self) -> Dict[str, Any]:
+        """Refused records by outcome, dropped segments, closed and reclaimed requests."""
+    def info(self) -> Optional[Dict[str, Any]]:
+        """The region's geometry and identity; ``None`` when disabled."""
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def path(self) -> Optional[str]: ...
+    @property
+    def edges(self) -> List[Tuple[int, int]]: ...
+    @property
+    def events(self) -> List[str]: ...
+    @property
+    def domains(self) -> List[str]: ...
