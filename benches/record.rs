@@ -697,6 +697,14 @@ fn per_call<S>(
     out
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// Prints p50, p90, p99 and p99.9 of single calls of each benchmarked
 /// operation.
 fn percentiles(calls: usize) {
@@ -709,6 +717,9 @@ fn percentiles(calls: usize) {
         empty.0.sort_unstable();
         empty.0[empty.0.len() / 2]
     };
+    // The counter's step: every reading is a multiple of it (some
+    // processors advance the time-stamp counter in coarse steps).
+    let step = empty.0.iter().fold(0, |g, &x| gcd(g, x));
 
     let mut rows: Vec<(&str, Samples)> = Vec::new();
     let cells = FloorCells::new();
@@ -802,8 +813,10 @@ fn percentiles(calls: usize) {
 
     println!();
     println!(
-        "per-call latency, ns ({calls} calls each; the bracket's own median cost, {:.1} ns, subtracted)",
-        bracket as f64 / ticks.per_ns
+        "per-call latency, ns ({calls} calls each; the bracket's own median cost, {:.1} ns, \
+         subtracted; the counter advances in steps of {:.1} ns)",
+        bracket as f64 / ticks.per_ns,
+        step as f64 / ticks.per_ns
     );
     println!(
         "{:<28} {:>9} {:>9} {:>9} {:>9}",

@@ -6,6 +6,11 @@
 //!
 //! - `scale/threads_1`, `scale/threads_2`: one or two writer threads of this
 //!   process on one file-backed region.
+//! - `scale/control_spin_threads_1`, `scale/control_spin_threads_2`: the
+//!   same rounds with no region and no memory traffic, only a chain of
+//!   integer arithmetic about as long as a record: the scaling the machine
+//!   itself gives two threads during the run, against which the writers'
+//!   scaling is read.
 //! - `scale/processes_1`, `scale/processes_2`: one or two writer processes,
 //!   each attached to the same region file. A writer process is this binary
 //!   re-executed with `EDGEMARK_BENCH_ROLE=writer`, which `main` checks
@@ -19,6 +24,7 @@
 //! slot array, so two writers' requests sit in adjacent slots: what the
 //! slot padding must keep apart.
 
+use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -152,12 +158,19 @@ impl SpinBarrier {
     }
 }
 
-fn threads(rec: &Recorder, writers: usize, iters: u64) -> Duration {
+/// Runs `iters` units of work split over `writers` threads in lockstep
+/// rounds; `round(n, start)` does one writer's part of one round (`n`
+/// units, timed from after `start` returns) and gives its span.
+fn threads(
+    writers: usize,
+    iters: u64,
+    round: impl Fn(usize, &dyn Fn()) -> (u64, u64) + Sync,
+) -> Duration {
     let barrier = SpinBarrier::new(writers);
     let spans: Vec<Vec<(u64, u64)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..writers)
             .map(|k| {
-                let barrier = &barrier;
+                let (barrier, round) = (&barrier, &round);
                 s.spawn(move || {
                     let mut left = share(iters, writers, k);
                     let rounds = share(iters, writers, 0).div_ceil(ROUND as u64);
@@ -166,7 +179,7 @@ fn threads(rec: &Recorder, writers: usize, iters: u64) -> Duration {
                     // always has all its parties.
                     for _ in 0..rounds {
                         let n = left.min(ROUND as u64) as usize;
-                        spans.push(writer_round(rec, n, || barrier.wait()));
+                        spans.push(round(n, &|| barrier.wait()));
                         left -= n as u64;
                     }
                     spans
@@ -181,13 +194,39 @@ fn threads(rec: &Recorder, writers: usize, iters: u64) -> Duration {
     total_span(&spans)
 }
 
+/// A control with no memory traffic at all: `n` units of a dependent
+/// integer chain of about the record's length. Its scaling is what the
+/// machine gives two threads during the run (other load, shared cores).
+fn spin_round(n: usize, start: &dyn Fn()) -> (u64, u64) {
+    start();
+    let t0 = monotonic_ns();
+    let mut x = black_box(1u64);
+    for _ in 0..n {
+        for _ in 0..16 {
+            // `black_box` at every step, or the compiler folds the chain.
+            x = black_box(
+                x.wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407),
+            );
+        }
+    }
+    let t1 = monotonic_ns();
+    black_box(x);
+    (t0, t1)
+}
+
 fn scale_threads(c: &mut Criterion) {
     let dir = tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory");
     let rec = create_region(&dir.path().join("scale.region"));
     let mut g = c.benchmark_group("scale");
     for writers in [1, 2] {
         g.bench_function(format!("threads_{writers}"), |b| {
-            b.iter_custom(|iters| threads(&rec, writers, iters))
+            b.iter_custom(|iters| threads(writers, iters, |n, start| writer_round(&rec, n, start)))
+        });
+    }
+    for writers in [1, 2] {
+        g.bench_function(format!("control_spin_threads_{writers}"), |b| {
+            b.iter_custom(|iters| threads(writers, iters, spin_round))
         });
     }
     g.finish();

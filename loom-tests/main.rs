@@ -861,7 +861,13 @@ fn m8_reclaim_races_a_live_owners_close() {
         let freed = reclaimer.join().unwrap();
         let c = rec.counters();
         let again = rec.begin().is_ok();
-        (o, last, freed, (c.closed_requests, c.reclaimed_requests), again)
+        (
+            o,
+            last,
+            freed,
+            (c.closed_requests, c.reclaimed_requests),
+            again,
+        )
     });
     assert_only(NAME, &seen, |(o, last, freed, counts, again)| {
         let by_close = *freed == 0

@@ -179,8 +179,7 @@ fn refused_records_allocate_nothing() {
     let open = tokens[1];
     let heartbeat = marks[0].meaningful(false);
     let undeclared = Mark::new(Edge::new(2, 0), Event::ConsumerFirstAccept);
-    let mut outcomes = Vec::new();
-    outcomes.reserve(64);
+    let mut outcomes = Vec::with_capacity(64);
     let calls = allocator_calls(|| {
         for _ in 0..8 {
             outcomes.push(rec.record(closed, marks[1]));

@@ -650,7 +650,13 @@ pub fn case_08_close_fences_late_events_and_id_reuse(p: &mut dyn Pipeline) {
 /// upstream missed all reach the same close.
 pub fn case_09_every_cleanup_path_releases(p: &mut dyn Pipeline) {
     let owner = p.owner().clone();
-    for path in ["normal", "abort", "client_disconnect", "timeout", "stage_error"] {
+    for path in [
+        "normal",
+        "abort",
+        "client_disconnect",
+        "timeout",
+        "stage_error",
+    ] {
         let mut orch = Orchestrator::new(&owner);
         let t = orch.add(path);
         assert_eq!(
