@@ -50,6 +50,7 @@
 
 use crate::layout::{Layout, H_COUNTERS, H_CURSOR, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
+use crate::schema::MAX_EVENTS;
 use crate::sync::{fence, spin_step, AtomicU64, Ordering};
 use crate::word::{self, Cell, SlotState, Value};
 
@@ -58,13 +59,62 @@ use crate::word::{self, Cell, SlotState, Value};
 /// back-off, about a second.
 const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 2_000 };
 
+/// The values of one edge segment, one per schema event, inline (no
+/// allocation): each a value word as read from the region, or 0 where
+/// nothing was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Values {
+    words: [u64; MAX_EVENTS],
+    len: u8,
+}
+
+impl Values {
+    pub(crate) const fn new() -> Values {
+        Values {
+            words: [0; MAX_EVENTS],
+            len: 0,
+        }
+    }
+    /// Appends one event's value (`None`: not recorded).
+    pub(crate) fn push(&mut self, v: Option<Value>) {
+        // The layout validated at most MAX_EVENTS events.
+        let i = (self.len as usize).min(MAX_EVENTS - 1);
+        self.words[i] = v.map_or(0, |v| word::value(v.domain, v.chunk_seq, v.elapsed_us));
+        self.len = self.len.saturating_add(1).min(MAX_EVENTS as u8);
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Event `i`'s value.
+    pub(crate) fn get(&self, i: usize) -> Option<Value> {
+        if i >= self.len() {
+            return None;
+        }
+        match word::decode(self.words[i]) {
+            Cell::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub(crate) fn clear(&mut self, i: usize) {
+        if i < self.len() {
+            self.words[i] = 0;
+        }
+    }
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<Value>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+    pub(crate) fn any(&self) -> bool {
+        self.words[..self.len()].iter().any(|w| *w != 0)
+    }
+}
+
 /// One kept segment of one edge, as read from the region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RawSegment {
     pub(crate) edge: usize,
     pub(crate) index: u32,
-    /// One entry per schema event; `None` where nothing was recorded.
-    pub(crate) values: Vec<Option<Value>>,
+    /// One entry per schema event.
+    pub(crate) values: Values,
     pub(crate) corrupt: bool,
 }
 
@@ -494,7 +544,7 @@ impl<'a> Proto<'a> {
                 let mut seg = RawSegment {
                     edge,
                     index: ew.map_or(0, |e| e.index),
-                    values: Vec::with_capacity(l.events as usize),
+                    values: Values::new(),
                     corrupt: ew.map_or(true, |e| e.count != count),
                 };
                 for ev in 0..l.events as usize {
@@ -629,7 +679,7 @@ impl<'a> Proto<'a> {
                 let mut seg = RawSegment {
                     edge,
                     index: ew.index,
-                    values: Vec::with_capacity(l.events as usize),
+                    values: Values::new(),
                     corrupt: false,
                 };
                 for ev in 0..l.events as usize {

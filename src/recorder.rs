@@ -707,13 +707,52 @@ impl Recorder {
             .collect()
     }
 
-    /// Snapshots of every open request: one sweep of the region.
+    /// Snapshots of every open request: one sweep of the region, collected.
+    /// [`Recorder::for_each_open`] does the same without holding them all.
     pub fn snapshot_open(&self) -> Vec<(Token, Snapshot)> {
-        self.open_requests()
-            .into_iter()
-            .map(|t| (t, self.snapshot(t)))
-            .filter(|(_, s)| s.state() == RequestState::Open)
-            .collect()
+        let mut out = Vec::new();
+        self.for_each_open(|t, s| out.push((t, s)));
+        out
+    }
+
+    /// One sweep of the region: calls `f` with the token and a snapshot of
+    /// each open request, slot by slot, one snapshot at a time (a request
+    /// closed while the sweep passes is left out). Sweeps nothing if
+    /// [`Recorder::check`] fails.
+    ///
+    /// ```
+    /// # use edgemark::Recorder;
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// let mut open = 0;
+    /// rec.for_each_open(|token, snapshot| {
+    ///     assert_eq!(token, t);
+    ///     assert!(snapshot.is_empty());
+    ///     open += 1;
+    /// });
+    /// assert_eq!(open, 1);
+    /// ```
+    pub fn for_each_open(&self, mut f: impl FnMut(Token, Snapshot)) {
+        let Some(inner) = self.inner.as_deref() else {
+            return;
+        };
+        if inner.storage.check_len().is_err() {
+            return;
+        }
+        let p = Recorder::proto(inner);
+        for (slot, gen) in p.open_slots() {
+            if let Some(raw) = p.snapshot(slot, gen) {
+                let token = Token {
+                    region: inner.region_id,
+                    slot,
+                    gen,
+                };
+                f(
+                    token,
+                    Snapshot::from_raw(raw, RequestState::Open, &inner.schema, &inner.edges),
+                );
+            }
+        }
     }
 
     /// The owner identity of the process that began the request in

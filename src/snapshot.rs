@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use crate::protocol::RawSnapshot;
+use crate::protocol::{RawSnapshot, Values};
 use crate::schema::{DomainId, EventId, Schema};
 use crate::Edge;
 
@@ -52,7 +52,8 @@ impl Observed {
 pub struct EdgeSegment {
     edge: Edge,
     segment_index: u32,
-    values: Vec<Option<Observed>>,
+    /// One value word per schema event, inline.
+    values: Values,
     first_chunk_seq: Option<u64>,
     schema: Arc<Schema>,
 }
@@ -85,7 +86,19 @@ impl EdgeSegment {
     }
     /// The recorded value of `event`, if any.
     pub fn get(&self, event: impl Into<EventId>) -> Option<Observed> {
-        self.values.get(event.into().0 as usize).copied().flatten()
+        self.observed(event.into().0 as usize)
+    }
+
+    fn observed(&self, i: usize) -> Option<Observed> {
+        self.values.get(i).map(|v| Observed {
+            elapsed_us: v.elapsed_us,
+            domain: DomainId(v.domain),
+        })
+    }
+
+    /// Each schema event's value, in schema order.
+    fn all(&self) -> impl Iterator<Item = Option<Observed>> + '_ {
+        (0..self.values.len()).map(|i| self.observed(i))
     }
     /// The recorded value of `event` in milliseconds, if any.
     pub fn elapsed_ms(&self, event: impl Into<EventId>) -> Option<f64> {
@@ -142,7 +155,7 @@ impl Serialize for EdgeSegment {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let seg = self.0;
                 let mut m = s.serialize_map(None)?;
-                for (spec, v) in seg.schema.events().iter().zip(&seg.values) {
+                for (spec, v) in seg.schema.events().iter().zip(seg.all()) {
                     if let Some(o) = v {
                         let name = seg.schema.domain_name(o.domain).unwrap_or("unknown");
                         m.serialize_entry(spec.name(), name)?;
@@ -158,7 +171,7 @@ impl Serialize for EdgeSegment {
         m.serialize_entry("first_chunk_seq", &self.first_chunk_seq)?;
         m.serialize_entry("clock_domains", &Domains(self))?;
         let mut key = String::with_capacity(48);
-        for (spec, v) in self.schema.events().iter().zip(&self.values) {
+        for (spec, v) in self.schema.events().iter().zip(self.all()) {
             key.clear();
             key.push_str(spec.name());
             key.push_str("_ms");
@@ -173,9 +186,13 @@ impl Serialize for EdgeSegment {
 pub(crate) fn sanitize(raw: &mut RawSnapshot, schema: &Schema) {
     let domains = schema.domains().len();
     for seg in &mut raw.segments {
-        for v in &mut seg.values {
-            if v.is_some_and(|v| usize::from(v.domain) >= domains) {
-                *v = None;
+        for i in 0..seg.values.len() {
+            if seg
+                .values
+                .get(i)
+                .is_some_and(|v| usize::from(v.domain) >= domains)
+            {
+                seg.values.clear(i);
                 seg.corrupt = true;
                 raw.corrupt = true;
             }
@@ -229,27 +246,13 @@ impl Snapshot {
         let mut segments: Vec<EdgeSegment> = raw
             .segments
             .into_iter()
-            .filter(|s| s.values.iter().any(Option::is_some))
-            .map(|s| {
-                let values: Vec<Option<Observed>> = s
-                    .values
-                    .iter()
-                    .map(|v| {
-                        v.map(|v| Observed {
-                            elapsed_us: v.elapsed_us,
-                            domain: DomainId(v.domain),
-                        })
-                    })
-                    .collect();
-                let first_chunk_seq =
-                    chunk_event.and_then(|i| s.values.get(i).copied().flatten()?.chunk_seq);
-                EdgeSegment {
-                    edge: edges[s.edge],
-                    segment_index: s.index,
-                    values,
-                    first_chunk_seq,
-                    schema: Arc::clone(schema),
-                }
+            .filter(|s| s.values.any())
+            .map(|s| EdgeSegment {
+                edge: edges[s.edge],
+                segment_index: s.index,
+                values: s.values,
+                first_chunk_seq: chunk_event.and_then(|i| s.values.get(i)?.chunk_seq),
+                schema: Arc::clone(schema),
             })
             .collect();
         segments.sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));

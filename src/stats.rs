@@ -50,7 +50,7 @@ impl Proto<'_> {
                 }
             }
             for ev in 0..events.saturating_sub(1) {
-                if let (Some(a), Some(b)) = (seg.values[ev], seg.values[ev + 1]) {
+                if let (Some(a), Some(b)) = (seg.values.get(ev), seg.values.get(ev + 1)) {
                     if a.domain == b.domain && b.elapsed_us >= a.elapsed_us {
                         self.observe(seg.edge, events + ev, b.elapsed_us - a.elapsed_us);
                     }
