@@ -66,6 +66,40 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order.
+    pub const ALL: [Outcome; 19] = [
+        Outcome::Recorded,
+        Outcome::Started,
+        Outcome::Duplicate,
+        Outcome::NotMeaningful,
+        Outcome::StaleSegment,
+        Outcome::SegmentNotStarted,
+        Outcome::Closed,
+        Outcome::Reused,
+        Outcome::ClockMismatch,
+        Outcome::Invalid,
+        Outcome::OutOfRange,
+        Outcome::UnknownEdge,
+        Outcome::UnknownEvent,
+        Outcome::UnknownDomain,
+        Outcome::ForeignToken,
+        Outcome::RegionFull,
+        Outcome::Busy,
+        Outcome::Corrupt,
+        Outcome::Disabled,
+    ];
+
+    /// The outcome with this [`Outcome::name`].
+    ///
+    /// ```
+    /// use edgemark::Outcome;
+    /// assert_eq!(Outcome::from_name("duplicate"), Some(Outcome::Duplicate));
+    /// assert_eq!(Outcome::from_name("nope"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.name() == name)
+    }
+
     /// The refusals counted in the region header, in counter order. The
     /// order is part of the region format.
     pub const COUNTED: [Outcome; 14] = [
@@ -149,6 +183,17 @@ impl fmt::Display for Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_outcome_is_listed_once_and_found_by_name() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(Outcome::from_name(o.name()), Some(*o));
+            assert!(!Outcome::ALL[..i].contains(o));
+        }
+        for o in Outcome::COUNTED {
+            assert!(Outcome::ALL.contains(&o));
+        }
+    }
 
     #[test]
     fn counted_order_matches_counter_indexes() {

@@ -381,36 +381,27 @@ impl<'a> Proto<'a> {
             if d.gen != gen {
                 return Lock::Refused(Outcome::Reused);
             }
+            // Acquire as above (from a dead holder too: we build on whatever
+            // it stored); Relaxed on failure: we retry.
+            let take = || {
+                head.compare_exchange(
+                    h,
+                    word::head_held(gen, to, holder),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            };
             match d.state {
                 SlotState::Open => {
-                    // Acquire as above; Relaxed on failure: we retry.
-                    if head
-                        .compare_exchange(
-                            h,
-                            word::head_held(gen, to, holder),
-                            Ordering::Acquire,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
-                    {
+                    if take() {
                         return Lock::Held;
                     }
                 }
                 SlotState::Segmenting => {
-                    if round % 64 == 63 && (d.holder == 0 || !holder_alive(d.holder)) {
-                        // Acquire as above: we build on whatever the dead
-                        // holder stored. Relaxed on failure: we retry.
-                        if head
-                            .compare_exchange(
-                                h,
-                                word::head_held(gen, to, holder),
-                                Ordering::Acquire,
-                                Ordering::Relaxed,
-                            )
-                            .is_ok()
-                        {
-                            return Lock::TookOver;
-                        }
+                    let dead = round % 64 == 63 && (d.holder == 0 || !holder_alive(d.holder));
+                    if dead && take() {
+                        return Lock::TookOver;
                     }
                     spin_step(round);
                 }

@@ -6,36 +6,25 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+mod common;
+
+use common::Rng;
 use edgemark::export::Exporter;
 use edgemark::{
     AttachError, AttachOptions, Edge, Event, Event::*, Mark, Outcome, Recorder, RequestState, Token,
 };
 
-/// A deterministic generator (SplitMix64) for the case streams.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// A value that lies in an interesting way.
-    fn lie(&mut self) -> u64 {
-        match self.below(8) {
-            0 => 0,
-            1 => 1,
-            2 => u64::MAX,
-            3 => u64::from(u32::MAX),
-            4 => 1 << self.below(64),
-            5 => self.below(100_000),
-            6 => self.next() & 0xffff,
-            _ => self.next(),
-        }
+/// A value that lies in an interesting way.
+fn lie(rng: &mut Rng) -> u64 {
+    match rng.below(8) {
+        0 => 0,
+        1 => 1,
+        2 => u64::MAX,
+        3 => u64::from(u32::MAX),
+        4 => 1 << rng.below(64),
+        5 => rng.below(100_000),
+        6 => rng.next() & 0xffff,
+        _ => rng.next(),
     }
 }
 
@@ -176,7 +165,7 @@ fn every_header_word_lied_about_gives_an_error_or_a_working_region() {
             } else {
                 rng.below(512) as usize
             };
-            let v = rng.lie();
+            let v = lie(&mut rng);
             bytes[word * 8..word * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         match attach_bytes(&bytes) {
@@ -261,7 +250,11 @@ fn garbage_slot_words_are_reported_corrupt_and_never_trusted() {
         let n = 1 + rng.below(8);
         for _ in 0..n {
             let word = (4096 + rng.below(((b.len() - 4096) / 8) as u64) as usize * 8) / 8;
-            let v = if case % 2 == 0 { rng.lie() } else { rng.next() };
+            let v = if case % 2 == 0 {
+                lie(&mut rng)
+            } else {
+                rng.next()
+            };
             b[word * 8..word * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         let rec = attach_bytes(&b).expect("a valid header opens whatever the slots hold");
@@ -323,7 +316,7 @@ fn real_files_with_lying_headers_are_refused_through_attach() {
     for case in 0..300 {
         let mut b = valid.clone();
         let word = rng.below(240) as usize;
-        b[word * 8..word * 8 + 8].copy_from_slice(&rng.lie().to_le_bytes());
+        b[word * 8..word * 8 + 8].copy_from_slice(&lie(&mut rng).to_le_bytes());
         if case % 5 == 0 {
             b.truncate(rng.below(b.len() as u64) as usize);
         }

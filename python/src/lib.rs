@@ -29,27 +29,7 @@ use serde_json::Value;
 // Outcomes.
 
 /// Every outcome, in the core's declaration order.
-const OUTCOMES: [Outcome; 19] = [
-    Outcome::Recorded,
-    Outcome::Started,
-    Outcome::Duplicate,
-    Outcome::NotMeaningful,
-    Outcome::StaleSegment,
-    Outcome::SegmentNotStarted,
-    Outcome::Closed,
-    Outcome::Reused,
-    Outcome::ClockMismatch,
-    Outcome::Invalid,
-    Outcome::OutOfRange,
-    Outcome::UnknownEdge,
-    Outcome::UnknownEvent,
-    Outcome::UnknownDomain,
-    Outcome::ForeignToken,
-    Outcome::RegionFull,
-    Outcome::Busy,
-    Outcome::Corrupt,
-    Outcome::Disabled,
-];
+const OUTCOMES: [Outcome; 19] = Outcome::ALL;
 
 /// The outcome's name as an interned Python string: one static lookup per
 /// call site, no allocation on the record path.

@@ -197,30 +197,7 @@ impl Drop for Worker {
 }
 
 pub fn outcome_named(name: &str) -> Outcome {
-    const ALL: [Outcome; 19] = [
-        Outcome::Recorded,
-        Outcome::Started,
-        Outcome::Duplicate,
-        Outcome::NotMeaningful,
-        Outcome::StaleSegment,
-        Outcome::SegmentNotStarted,
-        Outcome::Closed,
-        Outcome::Reused,
-        Outcome::ClockMismatch,
-        Outcome::Invalid,
-        Outcome::OutOfRange,
-        Outcome::UnknownEdge,
-        Outcome::UnknownEvent,
-        Outcome::UnknownDomain,
-        Outcome::ForeignToken,
-        Outcome::RegionFull,
-        Outcome::Busy,
-        Outcome::Corrupt,
-        Outcome::Disabled,
-    ];
-    *ALL.iter()
-        .find(|o| o.name() == name)
-        .unwrap_or_else(|| panic!("worker said {name:?}"))
+    Outcome::from_name(name).unwrap_or_else(|| panic!("worker said {name:?}"))
 }
 
 pub fn record_line(token: Token, o: &Obs) -> String {
@@ -722,5 +699,22 @@ pub fn case_11_invalid_elapsed_times(p: &mut dyn Pipeline) {
             Outcome::Recorded
         );
         p.owner().close(t);
+    }
+}
+
+/// A deterministic generator (SplitMix64) for the tests' case streams.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
     }
 }
