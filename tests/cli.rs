@@ -217,6 +217,9 @@ fn every_command_refuses_missing_foreign_and_corrupt_files_with_one_line() {
             vec!["snapshot", f, token],
             vec!["close", f, token],
             vec!["batch", f],
+            vec!["watch", f, "--count", "1"],
+            vec!["reclaim", f],
+            vec!["export", f, "--listen", "127.0.0.1:0", "--serve-for", "0"],
         ] {
             assert_one_line_error(&edgemark(&args), &format!("{args:?}"));
         }
