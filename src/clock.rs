@@ -90,6 +90,20 @@ pub(crate) fn owner_identity() -> (u64, u64) {
     (pid, start)
 }
 
+/// The calling thread's id (`gettid`): what a locked head word names, so
+/// that two threads of one process are told apart. Linux thread ids are
+/// pids (below 2^22), so 24 bits hold any.
+pub(crate) fn thread_id() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The inode of this process's pid namespace (`/proc/self/ns/pid`), or 0.
+pub(crate) fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 /// The state letter and start time of a process, if `/proc` shows it.
 fn proc_stat(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -108,8 +122,8 @@ pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
     proc_stat(pid).map(|(_, start)| start)
 }
 
-/// Whether some process with this pid runs. Only a definite "no such
-/// process" counts as dead: `kill(pid, 0)` failing with `ESRCH`, or a zombie
+/// Whether some process (or thread: `kill` takes a thread id too) with this
+/// id runs. Only a definite "no such process" counts as dead: `kill(pid, 0)` failing with `ESRCH`, or a zombie
 /// with no live thread left. A process this one may not signal (`EPERM`) or
 /// cannot see in `/proc` (`hidepid`) is alive.
 pub(crate) fn pid_alive(pid: u32) -> bool {
@@ -144,7 +158,9 @@ fn live_threads(pid: u32) -> Option<u64> {
 
 /// Whether the owner `(pid, start)` still runs: the pid is alive and, where
 /// both start times are known, started at the same time (a reused pid has a
-/// later start time).
+/// later start time). Start times are only comparable within one time
+/// namespace (`/proc` shows them shifted by the reader's boot-time offset),
+/// so callers pass 0 for `start` when they do not share the region's clock.
 pub(crate) fn owner_alive(pid: u64, start: u64) -> bool {
     let Ok(pid) = u32::try_from(pid) else {
         return false;

@@ -203,13 +203,35 @@ impl Exporter {
     }
 }
 
-fn accept_loop(listener: &TcpListener, registry: &Registry, stop: &AtomicBool) {
+/// Connections answered at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 8;
+
+fn accept_loop(listener: &TcpListener, registry: &Arc<Registry>, stop: &AtomicBool) {
     use std::sync::atomic::Ordering;
+    // Each connection's thread holds a clone: the count of clones is the
+    // count of connections being answered.
+    let busy = Arc::new(());
     // Relaxed: a stop flag; the join in `shutdown` orders the rest.
     while !stop.load(Ordering::Relaxed) {
+        if Arc::strong_count(&busy) > MAX_CONNECTIONS {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         match listener.accept() {
             Ok((stream, _)) => {
-                let _ = answer(stream, registry);
+                // One thread per connection, so that a client that sends
+                // slowly (up to the request deadline) holds only itself.
+                let registry = Arc::clone(registry);
+                let token = Arc::clone(&busy);
+                let spawned = std::thread::Builder::new()
+                    .name("edgemark-exporter-conn".into())
+                    .spawn(move || {
+                        let _ = answer(stream, &registry);
+                        drop(token);
+                    });
+                if spawned.is_err() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));

@@ -34,6 +34,8 @@ pub(crate) const H_TIME_NS: usize = 14;
 pub(crate) const H_CREATED_UNIX_NS: usize = 15;
 pub(crate) const H_CREATOR_PID: usize = 16;
 pub(crate) const H_FLAGS: usize = 17;
+/// The creator's pid namespace (inode of `/proc/self/ns/pid`, 0 if none).
+pub(crate) const H_PID_NS: usize = 18;
 // Written at run time, each group on its own cache line, away from the
 // read-mostly words above.
 /// The begin cursor: where the next `begin` starts its search.

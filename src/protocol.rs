@@ -169,7 +169,14 @@ impl<'a> Proto<'a> {
     ///
     /// Returns the slot and its new generation, or `None` when every slot is
     /// in use.
-    pub(crate) fn begin(&self, origin_ns: u64, owner: (u64, u64)) -> Option<(u32, u32)> {
+    /// `owner` is the (pid, start time) stored for reclaim; `holder` names
+    /// the calling thread in the head while it lays the slot out.
+    pub(crate) fn begin(
+        &self,
+        origin_ns: u64,
+        owner: (u64, u64),
+        holder: u32,
+    ) -> Option<(u32, u32)> {
         let l = self.layout;
         // Relaxed: the cursor only spreads requests over the slots; the head
         // CAS below decides ownership.
@@ -192,7 +199,7 @@ impl<'a> Proto<'a> {
             if head
                 .compare_exchange(
                     h,
-                    word::head_held(gen, SlotState::Beginning, owner.0 as u32),
+                    word::head_held(gen, SlotState::Beginning, holder),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 )
@@ -229,13 +236,7 @@ impl<'a> Proto<'a> {
             // from the exact word we hold, not a store: if a reclaim took
             // the slot from us (it judged us dead), we must not roll its
             // head back. Relaxed on failure: we give the slot up.
-            if self.unlock(
-                slot,
-                gen,
-                SlotState::Beginning,
-                owner.0 as u32,
-                SlotState::Open,
-            ) {
+            if self.unlock(slot, gen, SlotState::Beginning, holder, SlotState::Open) {
                 return Some((slot, gen));
             }
         }
@@ -328,9 +329,9 @@ impl<'a> Proto<'a> {
         let why = match word::decode(seen) {
             Cell::Value(_) => Outcome::Duplicate,
             Cell::Sealed => Outcome::Closed,
-            // An empty word names its epoch: laid by a newer request. (begin
-            // lays cells with Relaxed stores, so the head load alone could
-            // still show this token's generation.)
+            // An empty word names its epoch: laid by a newer request, so the
+            // answer is known without the head (which, after begin's Release
+            // fence and ours, would say the same).
             Cell::Empty { gen: g, .. } if g != gen => return self.count(Outcome::Reused),
             // Laid for a newer segment of this request: the entry was relaid.
             Cell::Empty { .. } => Outcome::StaleSegment,
@@ -360,15 +361,16 @@ impl<'a> Proto<'a> {
     /// Takes the slot's control lock for `holder`, moving `Open(gen)` to `to`.
     ///
     /// While another operation holds the slot (`Segmenting`), waits a bounded
-    /// time; if `holder_alive` says the holder is gone, takes the lock over
-    /// from it (`Lock::TookOver`).
+    /// time; with `holder_alive`, if it says the holder is gone, takes the
+    /// lock over from it (`Lock::TookOver`). A word that names `holder`
+    /// itself is never taken over.
     fn lock(
         &self,
         slot: u32,
         gen: u32,
         to: SlotState,
         holder: u32,
-        holder_alive: &dyn Fn(u32) -> bool,
+        holder_alive: Option<&dyn Fn(u32) -> bool>,
     ) -> Lock {
         let head = self.w(self.layout.head(slot));
         for round in 0..LOCK_ROUNDS {
@@ -381,8 +383,10 @@ impl<'a> Proto<'a> {
             if d.gen != gen {
                 return Lock::Refused(Outcome::Reused);
             }
-            // Acquire as above (from a dead holder too: we build on whatever
-            // it stored); Relaxed on failure: we retry.
+            // Acquire as above. From a dead holder the memory model gives us
+            // nothing (it never released); in practice its death and the
+            // system calls since make its stores visible, and close seals
+            // every cell whatever it left. Relaxed on failure: we retry.
             let take = || {
                 head.compare_exchange(
                     h,
@@ -399,7 +403,10 @@ impl<'a> Proto<'a> {
                     }
                 }
                 SlotState::Segmenting => {
-                    let dead = round % 64 == 63 && (d.holder == 0 || !holder_alive(d.holder));
+                    let check = cfg!(edgemark_loom) || round % 64 == 63;
+                    let dead = check
+                        && d.holder != holder
+                        && holder_alive.is_some_and(|alive| d.holder == 0 || !alive(d.holder));
                     if dead && take() {
                         return Lock::TookOver;
                     }
@@ -421,12 +428,13 @@ impl<'a> Proto<'a> {
         edge: usize,
         index: u32,
         holder: u32,
-        holder_alive: &dyn Fn(u32) -> bool,
     ) -> Outcome {
         let l = self.layout;
-        if let Lock::Refused(why) =
-            self.lock(slot, gen, SlotState::Segmenting, holder, holder_alive)
-        {
+        // No takeover here: a start that died half-way may have half-relaid
+        // an entry, which only close's seal of the whole slot repairs. A
+        // start that finds a dead holder gives up with `Busy`; close then
+        // takes the slot over.
+        if let Lock::Refused(why) = self.lock(slot, gen, SlotState::Segmenting, holder, None) {
             return self.count(why);
         }
         let seg_word = self.w(l.seg(slot, edge));
@@ -487,30 +495,14 @@ impl<'a> Proto<'a> {
         holder: u32,
         holder_alive: &dyn Fn(u32) -> bool,
     ) -> Result<(RawSnapshot, bool), Outcome> {
-        match self.lock(slot, gen, SlotState::Closing, holder, holder_alive) {
-            Lock::Held => {}
-            // A start that died half-way may have laid cells outside the
-            // window: seal everything first.
-            Lock::TookOver => self.seal_all(slot, gen),
+        // Only close takes a lock over from a dead holder: it seals the whole
+        // slot whatever state the holder left (see `seal_and_free`).
+        match self.lock(slot, gen, SlotState::Closing, holder, Some(holder_alive)) {
+            Lock::Held | Lock::TookOver => {}
             Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
             Lock::Refused(why) => return Err(why),
         }
         Ok(self.seal_and_free(slot, gen, holder))
-    }
-
-    /// Seals every cell of every ring entry of the slot, for a holder that
-    /// took the slot from a dead one.
-    fn seal_all(&self, slot: u32, gen: u32) {
-        let l = self.layout;
-        for edge in 0..l.edges as usize {
-            for entry in 0..l.segments as usize {
-                for ev in 0..l.events as usize {
-                    // AcqRel: as for close's seals, before the Free store.
-                    self.w(l.cell(slot, edge, entry, ev))
-                        .swap(word::sealed(gen, 0), Ordering::AcqRel);
-                }
-            }
-        }
     }
 
     /// The second half of close, for the holder of the slot's `Closing`
@@ -557,6 +549,22 @@ impl<'a> Proto<'a> {
                 snap.corrupt |= seg.corrupt;
                 snap.segments.push(seg);
             }
+            // Then every entry outside the window: a holder that died may
+            // have laid cells there (begin's entry 0, or a start that never
+            // published its segment word). Sealing the whole slot keeps the
+            // invariant simple: after a close no cell holds an empty word.
+            let kept = l.window(cur.count);
+            for entry in 0..l.segments as usize {
+                let in_window = kept.clone().any(|c| l.ring(c) == entry);
+                if in_window {
+                    continue;
+                }
+                for ev in 0..l.events as usize {
+                    // AcqRel: as for the kept cells.
+                    self.w(l.cell(slot, edge, entry, ev))
+                        .swap(word::sealed(gen, 0), Ordering::AcqRel);
+                }
+            }
         }
         // Release (in `unlock`): pairs with the Acquire CAS in `begin`: the
         // next occupant's cell stores come after our seals in every cell's
@@ -598,7 +606,8 @@ impl<'a> Proto<'a> {
                 Reclaimed::DeadOwner
             }
             SlotState::Beginning | SlotState::Segmenting | SlotState::Closing => {
-                if d.holder == 0 || holder_alive(d.holder) {
+                // Holder 0 is never written by edgemark: garbage, reclaimable.
+                if d.holder == me || (d.holder != 0 && holder_alive(d.holder)) {
                     return None;
                 }
                 Reclaimed::DeadHolder
@@ -613,10 +622,8 @@ impl<'a> Proto<'a> {
             Ordering::Relaxed,
         )
         .ok()?;
-        // A dead holder may have laid cells outside the window of kept
-        // segments (begin's entry 0, or a start that never published its
-        // segment word): seal every entry, not only the kept ones.
-        self.seal_all(slot, d.gen);
+        // `seal_and_free` seals every entry, kept or not, so whatever a dead
+        // holder left half-laid is fenced too.
         if !self.seal_and_free(slot, d.gen, me).1 {
             return None;
         }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::layout::{Layout, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
+use crate::layout::{Layout, H_CLOSED, H_COUNTERS, H_DROPPED, H_FLAGS, H_RECLAIMED};
 use crate::outcome::Outcome;
 use crate::protocol::{Proto, Reclaimed};
 use crate::region::{self, AttachError, AttachOptions, CreateError, Header, Storage};
@@ -241,9 +241,9 @@ impl RegionBuilder {
     }
 }
 
-/// This process as a lock holder (its pid).
+/// The calling thread as a lock holder (its thread id).
 fn holder() -> u32 {
-    clock::owner_identity().0 as u32
+    clock::thread_id()
 }
 
 struct Inner {
@@ -424,7 +424,31 @@ impl Recorder {
         opts: &AttachOptions,
     ) -> Result<Recorder, AttachError> {
         let shared_clock = opts.check(&header)?;
+        if header.pid_namespace != clock::pid_namespace() {
+            // Pids in this region now mean different processes to different
+            // attachers: tell everyone to stop judging them.
+            // Relaxed: a sticky flag; its readers only ever become more
+            // careful.
+            storage.words()[H_FLAGS].fetch_or(region::FLAG_MIXED_PID_NS, Ordering::Relaxed);
+        }
         Ok(Recorder::from_header(storage, header, path, shared_clock))
+    }
+
+    /// Whether pids found in the region can be judged by this process: it
+    /// is in the creator's pid namespace and no process from another one has
+    /// attached.
+    fn trusts_pids(inner: &Inner) -> bool {
+        // Relaxed: see `from_parts`.
+        let flags = inner.storage.words()[H_FLAGS].load(Ordering::Relaxed);
+        flags & region::FLAG_MIXED_PID_NS == 0
+            && inner.header.pid_namespace == clock::pid_namespace()
+    }
+
+    /// Liveness of a lock holder as this process may judge it: alive unless
+    /// pids can be trusted and the thread is gone.
+    fn holder_alive(inner: &Inner) -> impl Fn(u32) -> bool {
+        let trust = Recorder::trusts_pids(inner);
+        move |tid| !trust || clock::pid_alive(tid)
     }
 
     /// Whether this recorder records (it is not [`Recorder::disabled`]).
@@ -450,7 +474,10 @@ impl Recorder {
     pub fn begin(&self) -> Result<Token, Outcome> {
         let inner = self.inner.as_deref().ok_or(Outcome::Disabled)?;
         let p = Recorder::proto(inner);
-        match p.begin(clock::monotonic_ns(), clock::owner_identity()) {
+        let (pid, start) = clock::owner_identity();
+        // A start time is only comparable in the region's time namespace.
+        let start = if inner.shared_clock { start } else { 0 };
+        match p.begin(clock::monotonic_ns(), (pid, start), holder()) {
             Some((slot, gen)) => Ok(Token {
                 region: inner.region_id,
                 slot,
@@ -617,14 +644,7 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
-        p.start_segment(
-            token.slot,
-            token.gen,
-            edge,
-            segment,
-            holder(),
-            &clock::pid_alive,
-        )
+        p.start_segment(token.slot, token.gen, edge, segment, holder())
     }
 
     /// Closes the request and returns its final snapshot.
@@ -643,7 +663,12 @@ impl Recorder {
             return Snapshot::gone();
         };
         let p = Recorder::proto(inner);
-        match p.close(token.slot, token.gen, holder(), &clock::pid_alive) {
+        match p.close(
+            token.slot,
+            token.gen,
+            holder(),
+            &Recorder::holder_alive(inner),
+        ) {
             Ok((mut raw, freed)) => {
                 crate::snapshot::sanitize(&mut raw, &inner.schema);
                 if freed {
@@ -810,10 +835,25 @@ impl Recorder {
     ///
     /// Assumes every process sharing the region is in this process's pid
     /// namespace (see `docs/limitations.md`).
+    ///
+    /// Frees nothing when pids cannot be trusted: this process is in another
+    /// pid namespace than the region's creator, or some process from another
+    /// one has attached (`docs/limitations.md`).
     pub fn reclaim_dead_owners(&self) -> ReclaimReport {
+        let Some(inner) = self.inner.as_deref() else {
+            return ReclaimReport::default();
+        };
+        if !Recorder::trusts_pids(inner) {
+            return ReclaimReport::default();
+        }
+        // Start times are compared only in the region's time namespace.
+        let compare_start = inner.shared_clock;
         self.reclaim_where(
-            |owner| !clock::owner_alive(owner.pid, owner.start_ticks),
-            |pid| !clock::pid_alive(pid),
+            |owner| {
+                let start = if compare_start { owner.start_ticks } else { 0 };
+                !clock::owner_alive(owner.pid, start)
+            },
+            |tid| !clock::pid_alive(tid),
         )
     }
 

@@ -262,9 +262,14 @@ pub(crate) struct Header {
     pub(crate) created_unix_ns: u64,
     pub(crate) creator_pid: u64,
     pub(crate) group_access: bool,
+    pub(crate) pid_namespace: u64,
 }
 
 const FLAG_GROUP: u64 = 1;
+/// Set (never cleared) by the first process that attaches from another pid
+/// namespace: from then on no process trusts a pid found in the region, so
+/// no lock is taken over and no owner is judged dead automatically.
+pub(crate) const FLAG_MIXED_PID_NS: u64 = 2;
 
 /// Writes a header into zeroed words: everything first, the version word
 /// last.
@@ -288,6 +293,7 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
     put(H_CREATED_UNIX_NS, h.created_unix_ns);
     put(H_CREATOR_PID, h.creator_pid);
     put(H_FLAGS, if h.group_access { FLAG_GROUP } else { 0 });
+    put(H_PID_NS, h.pid_namespace);
     for (i, e) in h.edges.iter().enumerate() {
         put(H_EDGE_TABLE + i, u64::from(e.from) | u64::from(e.to) << 32);
     }
@@ -413,7 +419,7 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         edges.push(e);
     }
     let flags = get(H_FLAGS);
-    if flags & !FLAG_GROUP != 0 {
+    if flags & !(FLAG_GROUP | FLAG_MIXED_PID_NS) != 0 {
         return Err(AttachError::Geometry(format!("unknown flags {flags:#x}")));
     }
     Ok(Header {
@@ -428,6 +434,7 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         created_unix_ns: get(H_CREATED_UNIX_NS),
         creator_pid: get(H_CREATOR_PID),
         group_access: flags & FLAG_GROUP != 0,
+        pid_namespace: get(H_PID_NS),
     })
 }
 
@@ -475,6 +482,7 @@ pub(crate) fn new_header(
         created_unix_ns: crate::clock::unix_ns(),
         creator_pid: u64::from(std::process::id()),
         group_access,
+        pid_namespace: crate::clock::pid_namespace(),
     })
 }
 

@@ -54,6 +54,10 @@ impl AtomicU64 {
         self.0.fetch_add(v, order)
     }
     #[inline(always)]
+    pub(crate) fn fetch_or(&self, v: u64, order: Ordering) -> u64 {
+        self.0.fetch_or(v, order)
+    }
+    #[inline(always)]
     pub(crate) fn compare_exchange(
         &self,
         current: u64,

@@ -215,40 +215,71 @@ fn the_reclaim_command_reports_what_it_freed() {
 }
 
 #[test]
-fn close_takes_over_from_a_start_that_died_holding_the_slot() {
+fn close_takes_over_from_a_start_that_died_holding_the_slot_and_keeps_its_values() {
     let (_d, path, rec) = region(4);
     let t = rec.begin().unwrap();
-    assert_eq!(
-        rec.record_elapsed(
-            t,
-            Mark::new(E01, ProducerFirstNonemptyEmit),
-            3.0,
-            "host_monotonic"
-        ),
-        Outcome::Recorded
-    );
+    for (e, ms) in [
+        (ProducerFirstNonemptyEmit, 3.0),
+        (EdgeFirstSendComplete, 5.0),
+    ] {
+        assert_eq!(
+            rec.record_elapsed(t, Mark::new(E01, e), ms, "host_monotonic"),
+            Outcome::Recorded
+        );
+    }
     let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead_pid = child.id();
+    let dead = child.id();
     child.wait().unwrap();
     // As if a process died inside start_segment (state 3) on t's slot.
-    let head = (u64::from(t.generation()) << 32) | (u64::from(dead_pid) << 8) | 3;
+    let head = (u64::from(t.generation()) << 32) | (u64::from(dead) << 8) | 3;
     poke(&path, slot_word(&rec, t.slot(), 0), head);
-    assert_eq!(
-        rec.start_segment(t, E01, 1),
-        Outcome::Started,
-        "a dead holder is taken over"
-    );
+    // A start never takes over (it could not repair a half-done relay)...
+    assert_eq!(rec.start_segment(t, E01, 1), Outcome::Busy);
+    // ...close does, seals the whole slot, and keeps the recorded values.
     let last = rec.close(t);
     assert_eq!(last.state(), RequestState::Closed);
-    assert_eq!(
-        last.segment(E01, 0)
-            .unwrap()
-            .elapsed_ms(ProducerFirstNonemptyEmit),
-        Some(3.0)
-    );
+    let seg = last.segment(E01, 0).unwrap();
+    assert_eq!(seg.elapsed_ms(ProducerFirstNonemptyEmit), Some(3.0));
+    assert_eq!(seg.elapsed_ms(EdgeFirstSendComplete), Some(5.0));
     assert_eq!(rec.counters().closed_requests, 1);
+    let emit = rec
+        .histograms()
+        .into_iter()
+        .find(|h| h.edge == E01 && h.metric == "producer_first_nonempty_emit")
+        .unwrap();
+    assert_eq!(emit.histogram.count, 1);
     assert_eq!(
         rec.record(t, Mark::new(E01, ConsumerFirstAccept)),
         Outcome::Closed
     );
+}
+
+#[test]
+fn a_region_shared_across_pid_namespaces_judges_no_pid() {
+    let (_d, path, rec) = region(4);
+    let mut doomed = Worker::spawn(&path);
+    let lost = begin_in(&mut doomed);
+    drop(doomed);
+    let t = rec.begin().unwrap();
+    // As if the region had been created in another pid namespace: this
+    // attach marks it, for every process, as shared across namespaces.
+    poke(&path, 18 * 8, peek(&path, 18 * 8) ^ 0x5a5a);
+    let other = Recorder::attach(&path).unwrap();
+    assert_eq!(other.reclaim_dead_owners().freed(), 0, "no pid is judged");
+    assert_eq!(
+        rec.reclaim_dead_owners().freed(),
+        0,
+        "not even by the creator now"
+    );
+    assert_eq!(rec.snapshot(lost).state(), RequestState::Open);
+    // A dead holder's lock is not taken over either: close says Busy.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let head = (u64::from(t.generation()) << 32) | (u64::from(dead) << 8) | 3;
+    poke(&path, slot_word(&rec, t.slot(), 0), head);
+    assert_eq!(rec.close(t).state(), RequestState::Busy);
+    // The caller's own judgement still works.
+    let r = rec.reclaim_where(|_| true, |_| true);
+    assert_eq!(r.freed(), 2);
 }

@@ -145,9 +145,11 @@ class Region:
         """A detached snapshot, as the upstream ``stream_edge_metrics`` dict."""
     def snapshot_json(self, token: _TokenLike) -> str:
         """``snapshot`` as the core's JSON text."""
-    def close(self, token: _TokenLike) -> _Snapshot:
-        """Closes the request (idempotent) and returns its final snapshot."""
-    def close_json(self, token: _TokenLike) -> str:
+    def close(self, token: _TokenLike) -> Optional[_Snapshot]:
+        """Closes the request (idempotent) and returns its final snapshot;
+        ``None`` if another control operation held it for about a second
+        (the request is still open: close it again)."""
+    def close_json(self, token: _TokenLike) -> Optional[str]:
         """``close`` returning the final snapshot as JSON text."""
     def is_open(self, token: _TokenLike) -> bool:
         """Whether ``token`` names an open request of this region."""

@@ -464,9 +464,14 @@ impl PyRegion {
         }
     }
 
-    fn close_snap(&self, token: &Bound<'_, PyAny>) -> Snapshot {
+    /// Closes without the GIL: a close can wait (about a second at most)
+    /// for another control operation on the same request.
+    fn close_snap(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> Snapshot {
         match token_arg(token) {
-            Ok(t) => self.rec.close(t),
+            Ok(t) => {
+                let rec = &self.rec;
+                py.detach(|| rec.close(t))
+            }
             Err(_) => Recorder::disabled().snapshot(Token::from_u128(0)),
         }
     }
@@ -752,13 +757,26 @@ impl PyRegion {
     /// Idempotent and never raising: every removal path (completion, abort,
     /// client disconnect, timeout, stage error) calls it. Closing a closed,
     /// reused or foreign token returns ``{}``. Later records are refused.
-    fn close<'py>(&self, py: Python<'py>, token: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        snapshot_to_py(py, &self.close_snap(token))
+    /// ``None`` if another control operation of a live process held the
+    /// request for the whole bounded wait (about a second): the request is
+    /// still open, so close it again.
+    fn close<'py>(
+        &self,
+        py: Python<'py>,
+        token: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let snap = self.close_snap(py, token);
+        if snap.state() == RequestState::Busy {
+            return Ok(None);
+        }
+        snapshot_to_py(py, &snap).map(Some)
     }
 
-    /// ``close`` that returns the final snapshot as JSON text.
-    fn close_json(&self, token: &Bound<'_, PyAny>) -> String {
-        snapshot_text(&self.close_snap(token))
+    /// ``close`` that returns the final snapshot as JSON text (``None`` when
+    /// busy, as ``close``).
+    fn close_json(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> Option<String> {
+        let snap = self.close_snap(py, token);
+        (snap.state() != RequestState::Busy).then(|| snapshot_text(&snap))
     }
 
     /// Whether ``token`` names a request that is open in this region.

@@ -381,7 +381,11 @@ mod cli {
             }
             Command::Close { path, token } => {
                 let rec = attach(&path)?;
-                println!("{}", serde_json::to_string(&rec.close(token))?);
+                let last = rec.close(token);
+                if last.state() == edgemark::RequestState::Busy {
+                    bail!("request {token} is busy: another control operation holds it; close it again");
+                }
+                println!("{}", serde_json::to_string(&last)?);
             }
             Command::Batch { path } => {
                 let rec = attach(&path)?;
@@ -557,7 +561,13 @@ mod cli {
             }
             Some("start") => Ok(rec.start_segment(token(1)?, edge(2)?, num(3)?).to_string()),
             Some("snapshot") => Ok(serde_json::to_string(&rec.snapshot(token(1)?))?),
-            Some("close") => Ok(serde_json::to_string(&rec.close(token(1)?))?),
+            Some("close") => {
+                let last = rec.close(token(1)?);
+                if last.state() == edgemark::RequestState::Busy {
+                    bail!("busy: another control operation holds the request; close it again");
+                }
+                Ok(serde_json::to_string(&last)?)
+            }
             Some(other) => bail!("unknown command {other:?}"),
             None => bail!("empty line"),
         }
