@@ -148,15 +148,10 @@ impl fmt::Display for CreateError {
     }
 }
 
-impl std::error::Error for CreateError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CreateError::Io(_, e) => Some(e),
-            CreateError::Schema(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+// The I/O and schema errors' messages are part of the Display text, so
+// they are not also given as a source (a chain would print them twice); the
+// variants hold them for callers that match.
+impl std::error::Error for CreateError {}
 
 /// Why a region file could not be attached. Every file, whatever it holds,
 /// gives either one of these or a working region.
@@ -241,15 +236,8 @@ impl fmt::Display for AttachError {
     }
 }
 
-impl std::error::Error for AttachError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            AttachError::Io(_, e) => Some(e),
-            AttachError::Schema(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+// As for CreateError: the inner errors are in the Display text.
+impl std::error::Error for AttachError {}
 
 /// Everything a validated header says.
 #[derive(Clone, Debug)]

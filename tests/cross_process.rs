@@ -3,40 +3,21 @@
 //! the region by path; the test process is the orchestrator. Then races
 //! between real processes.
 
+#[macro_use]
 mod common;
 
 use common::{obs, Processes, Worker, E01};
 use edgemark::{Event::*, Outcome, RequestState};
 
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            common::$name(&mut Processes::new());
-        }
-    )*};
-}
-
-cases!(
-    case_01_two_stage_flow_each_event_once,
-    case_02_failed_send,
-    case_02_failed_admission,
-    case_03_empty_terminal_payload,
-    case_04_consumer_buffering,
-    case_05_isolation_and_fencing,
-    case_06_cross_clock_deltas_and_detached_snapshots,
-    case_07_zero_versus_missing_and_order,
-    case_08_close_fences_late_events_and_id_reuse,
-    case_09_every_cleanup_path_releases,
-    case_10_incremental_detached_response_snapshots,
-    case_11_invalid_elapsed_times,
-);
+upstream_case_tests!(Processes::new());
 
 #[test]
 fn workers_are_separate_processes_that_attach_by_path() {
     let mut p = Processes::new();
     let a = p.worker(0).pid();
     let b = p.worker(1).pid();
+    // Both have attached once they answer.
+    assert!(p.worker(1).ask("begin").starts_with("em1."));
     assert_ne!(a, b);
     assert_ne!(a, std::process::id());
     let t = p.rec.begin().unwrap();

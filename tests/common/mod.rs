@@ -2,7 +2,34 @@
 //! [`Pipeline`] so that they run both in one process and with every worker
 //! observation made by a real worker process.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_macros)]
+
+/// One `#[test]` per upstream case, each on a fresh pipeline made by
+/// `$make` (`InProcess::new()` or `Processes::new()`).
+macro_rules! upstream_case_tests {
+    ($make:expr) => {
+        upstream_case_tests!(@each $make;
+            case_01_two_stage_flow_each_event_once,
+            case_02_failed_send,
+            case_02_failed_admission,
+            case_03_empty_terminal_payload,
+            case_04_consumer_buffering,
+            case_05_isolation_and_fencing,
+            case_06_cross_clock_deltas_and_detached_snapshots,
+            case_07_zero_versus_missing_and_order,
+            case_08_close_fences_late_events_and_id_reuse,
+            case_09_every_cleanup_path_releases,
+            case_10_incremental_detached_response_snapshots,
+            case_11_invalid_elapsed_times,
+        );
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            common::$name(&mut $make);
+        }
+    )*};
+}
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

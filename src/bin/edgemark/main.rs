@@ -216,7 +216,16 @@ mod cli {
     fn attach(path: &Path) -> Result<Recorder> {
         AttachOptions::new()
             .attach(path)
-            .with_context(|| format!("{}", path.display()))
+            .map_err(|e| named(path, e))
+    }
+
+    /// An attach error as one line that names the file once.
+    fn named(path: &Path, e: edgemark::AttachError) -> anyhow::Error {
+        match e {
+            // These name the path themselves.
+            edgemark::AttachError::Io(..) | edgemark::AttachError::NotRegularFile(_) => anyhow!(e),
+            other => anyhow!("{}: {other}", path.display()),
+        }
     }
 
     fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::EventId> {
@@ -400,7 +409,7 @@ mod cli {
         AttachOptions::new()
             .allow_foreign_clock(true)
             .attach(path)
-            .with_context(|| format!("{}", path.display()))
+            .map_err(|e| named(path, e))
     }
 
     fn inspect(rec: &Recorder, json: bool) -> Result<()> {
