@@ -1,4 +1,4 @@
-"""The synthetic pipeline of upstream-cases.md, through the Python API.
+"""The synthetic pipeline of the upstream recorder's tests, through the Python API.
 
 The cases are written once over a ``Pipeline``: the orchestrator's region
 (begin, snapshot, close) plus a way for stages to record. ``InProcess``

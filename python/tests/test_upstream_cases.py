@@ -1,4 +1,4 @@
-"""The upstream recorder's cases (upstream-cases.md) through the Python API,
+"""The upstream recorder's test cases through the Python API,
 with the same values, once in one process and once with every stage
 observation recorded by a real stage process that attached by path."""
 

@@ -1,4 +1,4 @@
-//! The upstream recorder's cases (`upstream-cases.md`), written once over a
+//! The upstream recorder's test cases, as behaviour, written once over a
 //! [`Pipeline`] so that they run both in one process and with every worker
 //! observation made by a real worker process.
 
@@ -276,7 +276,7 @@ impl Pipeline for Processes {
     }
 }
 
-/// The synthetic two-stage delivery of `upstream-cases.md` over edge 0->1:
+/// The upstream tests' synthetic two-stage delivery over edge 0->1:
 /// emit at 10.0 (chunk 3), then send complete at 12.0 if the send
 /// succeeded, then accept at 14.0 if admission succeeded, then first output
 /// at 25.0 if the consumer produced output. Each observation is meaningful
