@@ -39,11 +39,12 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, Criterion};
-use edgemark::{monotonic_ns, Edge, Event, Mark, Outcome, Recorder, Token};
+mod common;
 
-/// Selects a child role when this binary is re-executed.
-const ROLE: &str = "EDGEMARK_BENCH_ROLE";
+use common::{marks, EDGES, MARKS_PER_REQUEST, ROLE};
+use criterion::{criterion_group, Criterion};
+use edgemark::{monotonic_ns, Mark, Outcome, Recorder, Token};
+
 /// The owner's socket path (child role `uds-owner`).
 const OWNER_SOCKET: &str = "EDGEMARK_BENCH_OWNER_SOCKET";
 /// The sender's socket path, where the owner replies.
@@ -51,27 +52,10 @@ const SENDER_SOCKET: &str = "EDGEMARK_BENCH_SENDER_SOCKET";
 
 /// The default region's slots.
 const SLOTS: usize = 4096;
-/// Two edges times four events: the first writes one request can take.
-const MARKS_PER_REQUEST: usize = 8;
 /// First writes per chunk: every cell of every slot of a default region.
 const CHUNK: usize = SLOTS * MARKS_PER_REQUEST;
 /// The owner thread's channel capacity: the sender blocks when it is full.
 const CHANNEL_CAPACITY: usize = 1024;
-
-const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
-
-/// The eight first writes of one request: both edges, all four events, the
-/// producer event with a chunk sequence.
-fn marks() -> [Mark; MARKS_PER_REQUEST] {
-    std::array::from_fn(|i| {
-        let mark = Mark::new(EDGES[i / 4], Event::ALL[i % 4]);
-        if i % 4 == 0 {
-            mark.chunk_seq(3)
-        } else {
-            mark
-        }
-    })
-}
 
 /// A file-backed region of the default geometry on the memory-backed
 /// filesystem (where production regions live).

@@ -30,34 +30,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use criterion::{criterion_group, Criterion};
-use edgemark::{monotonic_ns, Edge, Event, Mark, Outcome, Recorder, Token};
+mod common;
 
-/// Selects a child role when this binary is re-executed.
-const ROLE: &str = "EDGEMARK_BENCH_ROLE";
+use common::{marks, MARKS_PER_REQUEST, ROLE};
+use criterion::{criterion_group, Criterion};
+use edgemark::{monotonic_ns, Outcome, Recorder, Token};
+
 /// The region file a writer process attaches to.
 const REGION: &str = "EDGEMARK_BENCH_REGION";
 
-const MARKS_PER_REQUEST: usize = 8;
 /// Requests each writer begins per round.
 const REQUESTS_PER_ROUND: usize = 8192;
 /// First writes each writer makes per round (at most).
 const ROUND: usize = REQUESTS_PER_ROUND * MARKS_PER_REQUEST;
 /// Most writers a bench uses.
 const MAX_WRITERS: usize = 2;
-
-const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
-
-fn marks() -> [Mark; MARKS_PER_REQUEST] {
-    std::array::from_fn(|i| {
-        let mark = Mark::new(EDGES[i / 4], Event::ALL[i % 4]);
-        if i % 4 == 0 {
-            mark.chunk_seq(3)
-        } else {
-            mark
-        }
-    })
-}
 
 /// A region with room for every writer's round.
 fn create_region(path: &Path) -> Recorder {
