@@ -1,0 +1,601 @@
+//! `Region`: a handle on a region, the binding of the core's [`Recorder`].
+
+use std::path::PathBuf;
+
+use edgemark::{
+    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, HOST_MONOTONIC,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
+
+use crate::errors::{attach_error, create_error};
+use crate::outcome::outcome_str;
+use crate::snapshot;
+use crate::token::{token_arg, PyToken};
+
+/// A handle on a region: a memory-mapped file that holds, for every open
+/// request, the first time each event happened on each directed stage edge.
+///
+/// The orchestrator creates the region (``Region.create``) and begins each
+/// request (``begin``); the ``Token`` goes to the stage workers inside the
+/// dispatch message; each worker attaches by path once (``Region.attach``)
+/// and records what it observes (``record``), straight into the region: one
+/// compare-and-swap, no message to the orchestrator. Any process may
+/// ``snapshot``; every removal path calls ``close``, which returns the final
+/// snapshot.
+///
+/// Recording never raises for runtime conditions: ``record`` returns
+/// ``False`` (``record_outcome`` tells why) for a duplicate, a heartbeat, a
+/// stale segment, a closed or reused token, a full or disabled region, a bad
+/// elapsed time. A ``Region`` may be shared between threads.
+#[pyclass(module = "edgemark", name = "Region", frozen)]
+pub(crate) struct PyRegion {
+    pub(crate) rec: Recorder,
+    /// Event name (str) to schema position (int), looked up by the string's
+    /// cached hash: no UTF-8 conversion on the record path.
+    events: Py<PyDict>,
+    /// How many events the schema declares (0 when disabled).
+    n_events: usize,
+}
+
+impl PyRegion {
+    fn wrap(py: Python<'_>, rec: Recorder) -> PyResult<PyRegion> {
+        let events = PyDict::new(py);
+        if let Some(schema) = rec.schema() {
+            for (i, e) in schema.events().iter().enumerate() {
+                events.set_item(PyString::intern(py, e.name()), i)?;
+            }
+        }
+        Ok(PyRegion {
+            n_events: events.len(),
+            rec,
+            events: events.unbind(),
+        })
+    }
+
+    /// The schema position of `event`: an `Event` (an int) or its name.
+    /// An event the schema does not declare is a programmer error.
+    fn event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
+        let n = self.n_events;
+        if let Ok(i) = event.cast::<PyInt>() {
+            return match i.extract::<usize>() {
+                Ok(i) if i < n => Ok(EventId(i as u8)),
+                _ => Err(PyValueError::new_err(format!(
+                    "event {i} is not in the region's schema ({n} events)"
+                ))),
+            };
+        }
+        if event.cast::<PyString>().is_ok() {
+            return match self.events.bind(py).get_item(event)? {
+                Some(i) => Ok(EventId(i.extract::<u8>()?)),
+                None => Err(PyValueError::new_err(format!(
+                    "unknown event {event}; the region's events are {}",
+                    self.event_names().join(", ")
+                ))),
+            };
+        }
+        Err(PyTypeError::new_err(format!(
+            "an event is an edgemark.Event or its name, not {}",
+            event.get_type().name()?
+        )))
+    }
+
+    fn event_names(&self) -> Vec<String> {
+        self.rec.schema().map_or_else(Vec::new, |s| {
+            s.events().iter().map(|e| e.name().to_owned()).collect()
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_record(
+        &self,
+        py: Python<'_>,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        event: &Bound<'_, PyAny>,
+        meaningful: bool,
+        chunk_seq: Option<u64>,
+        segment: u32,
+        elapsed_ms: Option<f64>,
+        clock_domain: Option<&Bound<'_, PyString>>,
+    ) -> PyResult<Outcome> {
+        // Off by default: a disabled region costs a branch.
+        if !self.rec.is_enabled() {
+            return Ok(Outcome::Disabled);
+        }
+        let event = self.event_id(py, event)?;
+        let domain = match clock_domain {
+            Some(d) => Some(d.to_cow()?),
+            None => None,
+        };
+        if elapsed_ms.is_none() {
+            if let Some(d) = &domain {
+                if d != HOST_MONOTONIC {
+                    return Err(PyValueError::new_err(format!(
+                        "clock_domain={d:?} needs elapsed_ms: without it, record reads the shared clock ({HOST_MONOTONIC})"
+                    )));
+                }
+            }
+        }
+        let token = match token_arg(token) {
+            Ok(t) => t,
+            Err(why) => return Ok(why),
+        };
+        let mut mark = Mark::new(Edge::new(from_stage, to_stage), event)
+            .segment(segment)
+            .meaningful(meaningful);
+        if let Some(c) = chunk_seq {
+            mark = mark.chunk_seq(c);
+        }
+        Ok(match elapsed_ms {
+            Some(ms) => self.rec.record_elapsed(
+                token,
+                mark,
+                ms,
+                domain.as_deref().unwrap_or(HOST_MONOTONIC),
+            ),
+            None => self.rec.record(token, mark),
+        })
+    }
+
+    fn do_start_segment(
+        &self,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        segment: u32,
+    ) -> Outcome {
+        if !self.rec.is_enabled() {
+            return Outcome::Disabled;
+        }
+        match token_arg(token) {
+            Ok(t) => self
+                .rec
+                .start_segment(t, Edge::new(from_stage, to_stage), segment),
+            Err(why) => why,
+        }
+    }
+
+    /// The request's snapshot; `None` for a value that is no token.
+    fn snap(&self, token: &Bound<'_, PyAny>) -> Option<Snapshot> {
+        token_arg(token).ok().map(|t| self.rec.snapshot(t))
+    }
+
+    /// Closes without the GIL: a close can wait (about a second at most)
+    /// for another control operation on the same request.
+    fn close_snap(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> Option<Snapshot> {
+        let t = token_arg(token).ok()?;
+        let rec = &self.rec;
+        Some(py.detach(|| rec.close(t)))
+    }
+}
+
+/// The edges argument of `create`: pairs `(from, to)` (tuples or lists).
+fn edge_list(edges: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Edge>> {
+    let Some(edges) = edges else {
+        return Ok(vec![Edge::new(0, 1), Edge::new(1, 2)]);
+    };
+    if edges.cast::<PyString>().is_ok() {
+        return Err(PyTypeError::new_err(
+            "edges is a sequence of (from_stage, to_stage) pairs",
+        ));
+    }
+    let mut out = Vec::new();
+    for item in edges.try_iter()? {
+        let item = item?;
+        let pair: Vec<u32> = item.extract().map_err(|_| {
+            PyValueError::new_err(format!(
+                "an edge is a pair (from_stage, to_stage) of stage numbers, not {item}"
+            ))
+        })?;
+        match pair[..] {
+            [from, to] => out.push(Edge::new(from, to)),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "an edge is a pair (from_stage, to_stage), not {item}"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn builder(
+    edges: Option<&Bound<'_, PyAny>>,
+    slots: u32,
+    segments: u32,
+    domains: Vec<String>,
+    group_access: bool,
+) -> PyResult<edgemark::RegionBuilder> {
+    let mut b = Recorder::builder()
+        .edges(edge_list(edges)?)
+        .slots(slots)
+        .segments(segments)
+        .group_access(group_access);
+    for d in &domains {
+        b = b.domain(d);
+    }
+    Ok(b)
+}
+
+#[pymethods]
+impl PyRegion {
+    /// Creates a region file at ``path`` (a new file: never over an existing
+    /// one, never through a symlink; owner-only unless ``group_access``) and
+    /// returns a handle on it.
+    ///
+    /// ``edges`` declares the directed stage edges, default
+    /// ``[(0, 1), (1, 2)]``; ``slots`` is how many requests can be open at
+    /// once; ``segments`` how many of the newest segments each edge of a
+    /// request keeps; ``domains`` names the clock domains of values measured
+    /// elsewhere (``record(..., elapsed_ms=..., clock_domain=...)``) besides
+    /// the shared ``"host_monotonic"``.
+    ///
+    /// Raises ``FileExistsError`` or another ``OSError`` for the path, and
+    /// ``ValueError`` for no edges, a duplicate or self edge, a bad geometry
+    /// or a bad domain name.
+    #[staticmethod]
+    #[pyo3(
+        signature = (path, edges = None, slots = 4096, segments = 4, domains = Vec::new(), group_access = false),
+        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False)"
+    )]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        edges: Option<&Bound<'_, PyAny>>,
+        slots: u32,
+        segments: u32,
+        domains: Vec<String>,
+        group_access: bool,
+    ) -> PyResult<PyRegion> {
+        let b = builder(edges, slots, segments, domains, group_access)?;
+        let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
+        PyRegion::wrap(py, rec)
+    }
+
+    /// A region on the heap, private to this process: the same protocol
+    /// without a file (tests, single-process use). Same arguments as
+    /// ``create`` but the path.
+    #[staticmethod]
+    #[pyo3(
+        signature = (edges = None, slots = 4096, segments = 4, domains = Vec::new()),
+        text_signature = "(edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=())"
+    )]
+    fn in_memory(
+        py: Python<'_>,
+        edges: Option<&Bound<'_, PyAny>>,
+        slots: u32,
+        segments: u32,
+        domains: Vec<String>,
+    ) -> PyResult<PyRegion> {
+        let b = builder(edges, slots, segments, domains, false)?;
+        let rec = b.create_in_memory().map_err(create_error)?;
+        PyRegion::wrap(py, rec)
+    }
+
+    /// Attaches to the region file at ``path``, which every field of its
+    /// header is checked against before use.
+    ///
+    /// Raises ``OSError`` (``FileNotFoundError``, ``PermissionError``, ...)
+    /// for the path and ``ValueError`` for a file that is not a working
+    /// region (bad magic, unpublished header, other version, bad geometry or
+    /// schema) or whose clock is another boot's or time namespace's (unless
+    /// ``allow_foreign_clock``: the clock-reading ``record`` then returns
+    /// ``"clock_mismatch"``, values measured elsewhere still record).
+    #[staticmethod]
+    #[pyo3(signature = (path, allow_foreign_clock = false, allow_foreign_owner = false))]
+    fn attach(
+        py: Python<'_>,
+        path: PathBuf,
+        allow_foreign_clock: bool,
+        allow_foreign_owner: bool,
+    ) -> PyResult<PyRegion> {
+        let opts = AttachOptions::new()
+            .allow_foreign_clock(allow_foreign_clock)
+            .allow_foreign_owner(allow_foreign_owner);
+        let rec = py.detach(|| opts.attach(&path)).map_err(attach_error)?;
+        PyRegion::wrap(py, rec)
+    }
+
+    /// A region that records nothing, for collection that is off by default:
+    /// ``begin`` returns ``None``, ``record`` ``False`` (outcome
+    /// ``"disabled"``), snapshots are ``{}``. Its calls cost about a branch.
+    #[staticmethod]
+    fn disabled(py: Python<'_>) -> PyResult<PyRegion> {
+        PyRegion::wrap(py, Recorder::disabled())
+    }
+
+    /// Begins a request: claims a free slot, sets the request's origin to
+    /// now on the shared clock, and returns its ``Token``.
+    ///
+    /// Fails open: ``None`` when the region is full or disabled; the request
+    /// then runs unrecorded (every call with a ``None`` token is a no-op).
+    fn begin(&self) -> Option<PyToken> {
+        self.rec.begin().ok().map(PyToken)
+    }
+
+    /// Records the first ``event`` of the request ``token`` on segment
+    /// ``segment`` of the edge ``from_stage -> to_stage``; returns ``True``
+    /// only if this call recorded it.
+    ///
+    /// ``event`` is an ``edgemark.Event`` or its name. ``meaningful=False``
+    /// (a heartbeat, retry, metadata-only or empty terminal payload) records
+    /// nothing. ``chunk_seq`` is kept by the producer event's winning write.
+    /// Without ``elapsed_ms`` the value is now on the shared clock, from the
+    /// request's origin; with it, ``elapsed_ms`` milliseconds measured
+    /// elsewhere in ``clock_domain`` (default ``"host_monotonic"``).
+    ///
+    /// Never raises for runtime conditions (see ``record_outcome``); raises
+    /// ``ValueError`` for an event the region's schema lacks.
+    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = 0, elapsed_ms = None, clock_domain = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        py: Python<'_>,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        event: &Bound<'_, PyAny>,
+        meaningful: bool,
+        chunk_seq: Option<u64>,
+        segment: u32,
+        elapsed_ms: Option<f64>,
+        clock_domain: Option<&Bound<'_, PyString>>,
+    ) -> PyResult<bool> {
+        Ok(self
+            .do_record(
+                py,
+                token,
+                from_stage,
+                to_stage,
+                event,
+                meaningful,
+                chunk_seq,
+                segment,
+                elapsed_ms,
+                clock_domain,
+            )?
+            .is_success())
+    }
+
+    /// ``record`` that returns the outcome's name: ``"recorded"``,
+    /// ``"duplicate"``, ``"not_meaningful"``, ``"stale_segment"``,
+    /// ``"segment_not_started"``, ``"closed"``, ``"reused"``,
+    /// ``"clock_mismatch"``, ``"invalid"``, ``"out_of_range"``,
+    /// ``"unknown_edge"``, ``"unknown_domain"``, ``"foreign_token"``,
+    /// ``"busy"``, ``"corrupt"`` or ``"disabled"`` (``edgemark.Outcome``
+    /// members compare equal to these strings).
+    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = 0, elapsed_ms = None, clock_domain = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn record_outcome<'py>(
+        &self,
+        py: Python<'py>,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        event: &Bound<'_, PyAny>,
+        meaningful: bool,
+        chunk_seq: Option<u64>,
+        segment: u32,
+        elapsed_ms: Option<f64>,
+        clock_domain: Option<&Bound<'_, PyString>>,
+    ) -> PyResult<Bound<'py, PyString>> {
+        let o = self.do_record(
+            py,
+            token,
+            from_stage,
+            to_stage,
+            event,
+            meaningful,
+            chunk_seq,
+            segment,
+            elapsed_ms,
+            clock_domain,
+        )?;
+        Ok(outcome_str(py, o))
+    }
+
+    /// Starts segment ``segment`` on the edge ``from_stage -> to_stage`` of
+    /// the request: a control operation of the edge's owner (recording never
+    /// advances a segment). Later records for older segments are refused as
+    /// stale. Returns ``True`` if it started; ``False`` if the segment is not
+    /// newer than the current one, or for any runtime condition.
+    fn start_segment(
+        &self,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        segment: u32,
+    ) -> bool {
+        self.do_start_segment(token, from_stage, to_stage, segment)
+            .is_success()
+    }
+
+    /// ``start_segment`` that returns the outcome's name (``"started"``,
+    /// ``"stale_segment"``, ``"closed"``, ...).
+    fn start_segment_outcome<'py>(
+        &self,
+        py: Python<'py>,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        segment: u32,
+    ) -> Bound<'py, PyString> {
+        outcome_str(
+            py,
+            self.do_start_segment(token, from_stage, to_stage, segment),
+        )
+    }
+
+    /// A detached snapshot of the request as it is now, as the upstream
+    /// ``metrics["stream_edge_metrics"]`` dict: ``"from->to:segment"`` to
+    /// ``{from_stage, to_stage, segment_index, first_chunk_seq,
+    /// clock_domains, <event>_ms...}``, missing values ``None``. ``{}`` for
+    /// a request that recorded nothing, or a token of no open request.
+    fn snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        token: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        snapshot::to_py(py, self.snap(token).as_ref())
+    }
+
+    /// ``snapshot`` as JSON text (the core's serialisation).
+    fn snapshot_json(&self, token: &Bound<'_, PyAny>) -> String {
+        snapshot::to_text(self.snap(token).as_ref())
+    }
+
+    /// Closes the request and returns its final snapshot (as ``snapshot``).
+    ///
+    /// Idempotent and never raising: every removal path (completion, abort,
+    /// client disconnect, timeout, stage error) calls it. Closing a closed,
+    /// reused or foreign token returns ``{}``. Later records are refused.
+    /// ``None`` if another control operation of a live process held the
+    /// request for the whole bounded wait (about a second): the request is
+    /// still open, so close it again.
+    fn close<'py>(
+        &self,
+        py: Python<'py>,
+        token: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let snap = self.close_snap(py, token);
+        if snap
+            .as_ref()
+            .is_some_and(|s| s.state() == RequestState::Busy)
+        {
+            return Ok(None);
+        }
+        snapshot::to_py(py, snap.as_ref()).map(Some)
+    }
+
+    /// ``close`` that returns the final snapshot as JSON text (``None`` when
+    /// busy, as ``close``).
+    fn close_json(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> Option<String> {
+        let snap = self.close_snap(py, token);
+        match &snap {
+            Some(s) if s.state() == RequestState::Busy => None,
+            _ => Some(snapshot::to_text(snap.as_ref())),
+        }
+    }
+
+    /// Whether ``token`` names a request that is open in this region.
+    fn is_open(&self, token: &Bound<'_, PyAny>) -> bool {
+        self.snap(token)
+            .is_some_and(|s| s.state() == RequestState::Open)
+    }
+
+    /// The tokens of every open request (one sweep of the region, without
+    /// the GIL).
+    fn open_requests(&self, py: Python<'_>) -> Vec<PyToken> {
+        let rec = &self.rec;
+        py.detach(|| rec.open_requests())
+            .into_iter()
+            .map(PyToken)
+            .collect()
+    }
+
+    /// ``(token, snapshot)`` for every open request: one sweep of the
+    /// region, taken without the GIL.
+    fn snapshot_open<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let rec = &self.rec;
+        let all = py.detach(|| rec.snapshot_open());
+        let out = PyList::empty(py);
+        for (t, s) in &all {
+            let t = Bound::new(py, PyToken(*t))?.into_any();
+            out.append(PyTuple::new(py, [t, snapshot::to_py(py, Some(s))?])?)?;
+        }
+        Ok(out)
+    }
+
+    /// Frees the slots of dead processes (open requests whose owner is gone,
+    /// slots left locked by a process that died); live owners' slots are
+    /// left alone. Returns ``{"dead_owners": n, "dead_holders": m}``.
+    fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let rec = &self.rec;
+        let r = py.detach(|| rec.reclaim_dead_owners());
+        let d = PyDict::new(py);
+        d.set_item("dead_owners", r.dead_owners)?;
+        d.set_item("dead_holders", r.dead_holders)?;
+        Ok(d)
+    }
+
+    /// The region's counters: ``{"refused": {outcome: n, ...},
+    /// "dropped_segments": n, "closed_requests": n, "reclaimed_requests":
+    /// n}``.
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.rec.counters();
+        let refused = PyDict::new(py);
+        for (o, n) in &c.refused {
+            refused.set_item(o.name(), n)?;
+        }
+        let d = PyDict::new(py);
+        d.set_item("refused", refused)?;
+        d.set_item("dropped_segments", c.dropped_segments)?;
+        d.set_item("closed_requests", c.closed_requests)?;
+        d.set_item("reclaimed_requests", c.reclaimed_requests)?;
+        Ok(d)
+    }
+
+    /// The region's geometry and identity as a dict, ``None`` when disabled.
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(i) = self.rec.info() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("path", self.path())?;
+        d.set_item("region_id", format!("{:016x}", i.region_id))?;
+        d.set_item("slots", i.slots)?;
+        d.set_item("segments", i.segments)?;
+        d.set_item("bytes", i.bytes)?;
+        d.set_item("edges", self.edges())?;
+        d.set_item("events", self.event_names())?;
+        d.set_item("domains", self.domains())?;
+        d.set_item("shares_clock", i.shares_clock)?;
+        d.set_item("created_unix_ns", i.created_unix_ns)?;
+        d.set_item("creator_pid", i.creator_pid)?;
+        d.set_item("group_access", i.group_access)?;
+        Ok(Some(d))
+    }
+
+    /// Whether the region records (it is not ``Region.disabled()``).
+    #[getter]
+    fn enabled(&self) -> bool {
+        self.rec.is_enabled()
+    }
+
+    /// The region file's path (``None`` in memory or disabled).
+    #[getter]
+    fn path(&self) -> Option<String> {
+        self.rec.path().map(|p| p.to_string_lossy().into_owned())
+    }
+
+    /// The declared edges, ``[(from_stage, to_stage), ...]`` in order.
+    #[getter]
+    fn edges(&self) -> Vec<(u32, u32)> {
+        self.rec.edges().iter().map(|e| (e.from, e.to)).collect()
+    }
+
+    /// The schema's event names, in schema order.
+    #[getter]
+    fn events(&self) -> Vec<String> {
+        self.event_names()
+    }
+
+    /// The clock domains; the first is always ``"host_monotonic"``.
+    #[getter]
+    fn domains(&self) -> Vec<String> {
+        self.rec
+            .schema()
+            .map_or_else(Vec::new, |s| s.domains().to_vec())
+    }
+
+    fn __repr__(&self) -> String {
+        match (self.rec.is_enabled(), self.path()) {
+            (false, _) => "Region.disabled()".to_owned(),
+            (true, Some(p)) => format!("Region({p:?}, edges={:?})", self.edges()),
+            (true, None) => format!("Region(<in memory>, edges={:?})", self.edges()),
+        }
+    }
+}
