@@ -168,3 +168,30 @@ class Orchestrator:
         if req_state.stream_edge_events is not None:
             metrics["stream_edge_metrics"] = req_state.stream_edge_events.snapshot()
         return metrics
+
+
+# ---------------------------------------------------------------------------
+# Racing writers.
+
+
+def race_value(process: int, request: int) -> float:
+    """The value process ``process`` records for request ``request``:
+    distinct per process, a whole number of microseconds."""
+    return request + (process + 1) * 0.125
+
+
+def race(handles, process: int, go, results) -> None:
+    """Records the producer event of every handle once, all processes
+    released together; reports which writes won."""
+    go.wait(30)
+    won = [
+        h.record(
+            StreamEdgeEvent.PRODUCER_EMIT,
+            elapsed_ms=race_value(process, r),
+            clock_domain="host_monotonic",
+            meaningful=True,
+            chunk_seq=process,
+        )
+        for r, h in enumerate(handles)
+    ]
+    results.put((process, won))
