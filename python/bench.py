@@ -13,9 +13,16 @@ shows):
   edge and event), as a real first event does. Variants: the clock-reading
   form (the normal one), a value measured elsewhere (``elapsed_ms=``), the
   event by name, a duplicate (refused), a disabled region.
-* An upstream-style recorder in pure Python: the per-request state of the
-  orchestrator, a dict guarded by a ``threading.Lock``, first write wins,
-  in process. It cannot be written from another process.
+* The drop-in ``edgemark.stream_edge``: ``StreamEdgeRecorder.record`` in
+  the call shape of upstream's callers (``elapsed_ms=``, ``clock_domain=``,
+  ``meaningful=``) and reading the shared clock; every call wins a fresh
+  cell.
+* The upstream stream-edge module's design, written again in pure Python:
+  a frozen-dataclass handle of its owner and key, the owner's dict of edge
+  segments to first events (frozen-dataclass observations), guarded by a
+  ``threading.Lock``, in the same call shape. In process only.
+* A minimal locked dict: the per-request state of the orchestrator, a dict
+  guarded by a ``threading.Lock``, first write wins, in process.
 * Sending the observation to the owner process over a
   ``multiprocessing.Queue``: the caller's ``put``, and the whole trip until
   the owner process has applied every observation to its recorder.
@@ -35,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 
 # Run as `python python/bench.py`, the script's own folder (the package's
 # sources, without the built extension) would shadow the installed package.
@@ -43,6 +51,11 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import edgemark  # noqa: E402
 from edgemark import Event, Region  # noqa: E402
+from edgemark.stream_edge import (  # noqa: E402
+    RequestStreamEdgeEvents,
+    StreamEdgeEvent,
+    StreamEdgeKey,
+)
 
 EDGES = [(0, 1), (1, 2)]
 CELLS = [(f, t, e) for (f, t) in EDGES for e in Event]
@@ -109,6 +122,83 @@ class LockedRecorder:
     def close(self, request_id):
         with self._lock:
             return self._requests.pop(request_id, None)
+
+
+# ---------------------------------------------------------------------------
+# The upstream module's design, for the drop-in's comparison.
+
+
+@dataclass(frozen=True)
+class _Observation:
+    elapsed_ms: float
+    clock_domain: str
+
+
+@dataclass
+class _FirstEvents:
+    observations: dict = field(default_factory=dict)
+    first_chunk_seq: object = None
+
+
+class UpstreamStyleEvents:
+    """The upstream stream-edge module's design, written again here for the
+    comparison: one object per request owned by the orchestrator, a dict of
+    edge segments to first events, the current segment of each edge, and a
+    ``threading.Lock`` so that the connector threads of the owner's process
+    may record. In process only: no other process can reach it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: dict = {}
+        self.segments: dict = {}
+        self.closed = False
+
+    def start_segment(self, key: StreamEdgeKey) -> "UpstreamStyleRecorder":
+        with self.lock:
+            edge = (key.from_stage, key.to_stage)
+            current = self.segments.get(edge)
+            if current is not None and key.segment_index < current.segment_index:
+                raise ValueError("retired segment")
+            self.segments[edge] = key
+        return UpstreamStyleRecorder(self, key)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.events.clear()
+            self.segments.clear()
+
+
+@dataclass(frozen=True)
+class UpstreamStyleRecorder:
+    """The upstream handle: a frozen dataclass of its owner and key."""
+
+    owner: UpstreamStyleEvents
+    key: StreamEdgeKey
+
+    def record(self, event, *, elapsed_ms, clock_domain, meaningful, chunk_seq=None) -> bool:
+        owner = self.owner
+        key = self.key
+        if not meaningful or owner.closed or owner.segments.get((key.from_stage, key.to_stage)) != key:
+            return False
+        if not isinstance(event, StreamEdgeEvent):
+            raise ValueError("unknown event")
+        if not math.isfinite(elapsed_ms) or elapsed_ms < 0:
+            raise ValueError("elapsed time must be finite and non-negative")
+        if not clock_domain or not clock_domain.strip():
+            raise ValueError("clock domain must be declared")
+        if chunk_seq is not None and chunk_seq < 0:
+            raise ValueError("chunk sequence must be non-negative")
+        with owner.lock:
+            state = owner.events.get(key)
+            if state is None:
+                state = owner.events[key] = _FirstEvents()
+            if event in state.observations:
+                return False
+            state.observations[event] = _Observation(float(elapsed_ms), clock_domain)
+            if event is StreamEdgeEvent.PRODUCER_EMIT:
+                state.first_chunk_seq = chunk_seq
+            return True
 
 
 # ---------------------------------------------------------------------------
@@ -248,6 +338,64 @@ def edgemark_once(region: Region, n: int, rows: dict) -> None:
     rows["native_call"].append(timed(native) / n)
 
 
+KEYS = [StreamEdgeKey(f, t) for (f, t) in EDGES]
+#: The clock domain of the values "measured elsewhere" in the call shape of
+#: upstream's callers.
+DOMAIN = "sender"
+
+
+def stream_edge_once(region: Region, n: int, rows: dict) -> None:
+    """One run of the drop-in: ``n`` fresh requests of
+    ``edgemark.stream_edge``, every cell recorded once through the handles,
+    in upstream's call shape (``elapsed_ms=``, ``clock_domain=``) and
+    reading the shared clock."""
+    for variant in ("se_upstream_shape", "se_shared_clock"):
+        requests = [RequestStreamEdgeEvents(region=region) for _ in range(n)]
+        assert all(ev.token is not None for ev in requests), "the region is too small for --n"
+        total = 0
+        for key in KEYS:
+            handles = [ev.start_segment(key) for ev in requests]
+            for e in StreamEdgeEvent:
+                if variant == "se_upstream_shape":
+
+                    def loop(handles=handles, e=e, d=DOMAIN):
+                        for h in handles:
+                            h.record(e, elapsed_ms=1.5, clock_domain=d, meaningful=True)
+
+                else:
+
+                    def loop(handles=handles, e=e):
+                        for h in handles:
+                            h.record(e, meaningful=True)
+
+                total += timed(loop)
+        final = requests[-1].close()
+        assert all(final[k][e.value + "_ms"] is not None for k in ("0->1:0", "1->2:0") for e in StreamEdgeEvent), final
+        for ev in requests[:-1]:
+            ev.close()
+        rows[variant].append(total / (n * len(CELLS)))
+
+
+def upstream_once(n: int, rows: dict) -> None:
+    """One run of the upstream design: ``n`` fresh requests, every cell
+    recorded once through its handles, in the same call shape."""
+    requests = [UpstreamStyleEvents() for _ in range(n)]
+    total = 0
+    for key in KEYS:
+        handles = [ev.start_segment(key) for ev in requests]
+        for e in StreamEdgeEvent:
+
+            def loop(handles=handles, e=e, d=DOMAIN):
+                for h in handles:
+                    h.record(e, elapsed_ms=1.5, clock_domain=d, meaningful=True)
+
+            total += timed(loop)
+    assert all(len(s.observations) == 4 for s in requests[-1].events.values())
+    for ev in requests:
+        ev.close()
+    rows["upstream_design"].append(total / (n * len(CELLS)))
+
+
 def locked_once(rec: LockedRecorder, run: int, n: int, rows: dict) -> None:
     """One run of the upstream-style recorder: ``n`` fresh requests, every
     cell recorded once."""
@@ -311,6 +459,9 @@ def run_all(region: Region, n: int, queue_n: int, repeats: int) -> dict:
             "empty_loop",
             "native_call",
             "locked",
+            "se_upstream_shape",
+            "se_shared_clock",
+            "upstream_design",
             "queue_put",
             "queue_applied",
         )
@@ -324,10 +475,14 @@ def run_all(region: Region, n: int, queue_n: int, repeats: int) -> dict:
         # A first run warms everything up (the owner process, the caches).
         warm: dict = {k: [] for k in rows}
         edgemark_once(region, n, warm)
+        stream_edge_once(region, n, warm)
+        upstream_once(n, warm)
         locked_once(locked, -1, n, warm)
         queue_once(inbox, acks, -1, queue_n, warm)
         for run in range(repeats):
             edgemark_once(region, n, rows)
+            stream_edge_once(region, n, rows)
+            upstream_once(n, rows)
             locked_once(locked, run, n, rows)
             queue_once(inbox, acks, run, queue_n, rows)
     finally:
@@ -353,14 +508,16 @@ def machine() -> str:
     return platform.processor() or platform.machine()
 
 
-def table(results, base: float) -> str:
+def table(results, base: float, upstream: float) -> str:
     lines = [
-        "| what | ns per call (median) | best run | vs edgemark `record` |",
-        "|---|---:|---:|---:|",
+        "| what | ns per call (median) | best run | vs edgemark `record` | vs upstream design |",
+        "|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        ratio = r.median / base
-        lines.append(f"| {r.name} | {r.median:,.0f} | {r.best:,.0f} | {ratio:.2f}x |")
+        lines.append(
+            f"| {r.name} | {r.median:,.0f} | {r.best:,.0f} | {r.median / base:.2f}x"
+            f" | {r.median / upstream:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -395,9 +552,19 @@ fifth or so between runs, while the ratios within one run hold.
   `elapsed_ms=` records a value measured elsewhere instead; "by name" passes
   the event as its string; a duplicate is refused; a disabled region returns
   at once.
-- **Upstream-style recorder** is a dict guarded by a lock in the owner's
-  process: it is only possible where the observer and the owner share a
-  process, which three of the four events do not.
+- **Drop-in `StreamEdgeRecorder.record`** is `edgemark.stream_edge`'s
+  handle, resolved to its request, edge and segment when it was made, so a
+  record is one native call: in upstream's call shape (a value measured
+  elsewhere, in a named clock domain) and reading the shared clock itself.
+  In this run it took {dropin_ratio:.2f} of the upstream design's time (the
+  target is at most 0.50).
+- **Upstream design** is the upstream module's recorder as its pull request
+  wrote it (a frozen-dataclass handle, per-request dicts, a frozen-dataclass
+  observation per event), with a `threading.Lock` so that the connector
+  threads of one process could share it; like the **minimal locked dict**
+  (a dict guarded by a lock, nothing else), it is only possible where the
+  observer and the owner share a process, which three of the four events do
+  not.
 - **`multiprocessing.Queue`** is what crossing to the owner process costs in
   pure Python: the caller's `put` (pickling happens on the queue's feeder
   thread, which competes for the caller's GIL), and the whole trip until the
@@ -426,7 +593,7 @@ def main() -> int:
     d = tempfile.mkdtemp(prefix="edgemark-bench-", dir=edgemark.default_dir())
     path = os.path.join(d, "bench.region")
     try:
-        region = Region.create(path, edges=EDGES, slots=args.n + 1)
+        region = Region.create(path, edges=EDGES, slots=args.n + 1, domains=[DOMAIN])
         rows = run_all(region, args.n, args.queue_n, args.repeats)
     finally:
         try:
@@ -442,15 +609,28 @@ def main() -> int:
         Result("edgemark `record_outcome` (returns the outcome's name)", rows["record_outcome"]),
         Result("edgemark `record`, duplicate (refused)", rows["duplicate"]),
         Result("edgemark `record`, disabled region", rows["disabled"]),
-        Result("upstream-style recorder: dict + `threading.Lock`, in process", rows["locked"]),
+        Result(
+            "drop-in `StreamEdgeRecorder.record`, upstream's call shape (`elapsed_ms=`, `clock_domain=`)",
+            rows["se_upstream_shape"],
+        ),
+        Result("drop-in `StreamEdgeRecorder.record`, shared clock (no `elapsed_ms`)", rows["se_shared_clock"]),
+        Result(
+            "upstream design: frozen-dataclass handle, dict + `threading.Lock`, in process",
+            rows["upstream_design"],
+        ),
+        Result("minimal locked dict: first write wins, in process", rows["locked"]),
         Result("`multiprocessing.Queue` to the owner process: caller's `put`", rows["queue_put"]),
         Result("`multiprocessing.Queue` to the owner process: until applied", rows["queue_applied"]),
         Result("empty loop (for reference)", rows["empty_loop"]),
         Result("native call floor: `edgemark.monotonic_ns()` (for reference)", rows["native_call"]),
     ]
     base = results[0].median
-    text = table(results, base)
+    upstream = statistics.median(rows["upstream_design"])
+    dropin = statistics.median(rows["se_upstream_shape"])
+    text = table(results, base, upstream)
     print(text)
+    print()
+    print(f"drop-in record / upstream design record: {dropin / upstream:.2f} (target at most 0.50)")
     info = dict(
         machine=machine(),
         cores=os.cpu_count(),
@@ -467,6 +647,7 @@ def main() -> int:
                     repeats=args.repeats,
                     calls=args.n * len(CELLS),
                     qcalls=args.queue_n * len(CELLS),
+                    dropin_ratio=dropin / upstream,
                     **info,
                 )
             )
