@@ -13,7 +13,7 @@ pub(crate) const HEADER_WORDS: usize = HEADER_BYTES / 8;
 /// `"EDGEMARK"` in little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"EDGEMARK");
 /// The region format this build reads and writes.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+pub(crate) const FORMAT_VERSION: u64 = 2;
 
 // Header words. Geometry and identity are written once before the version
 // word is published and never change after.
@@ -53,8 +53,9 @@ pub(crate) const H_RECLAIMED: usize = 57;
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
 pub const MAX_EDGES: usize = 64;
-/// Domain table: four words (32 bytes, NUL-padded UTF-8) per domain.
-pub(crate) const H_DOMAIN_TABLE: usize = 128;
+/// Words of a name: 32 bytes of NUL-padded UTF-8. The clock-domain table,
+/// which processes write at run time, is at
+/// [`H_DOMAIN_TABLE`](crate::domains::H_DOMAIN_TABLE) (see `domains.rs`).
 pub(crate) const NAME_WORDS: usize = 4;
 /// Event table: four name words and one word `domain | keeps_chunk << 8`.
 pub(crate) const H_EVENT_TABLE: usize = 160;
@@ -237,9 +238,14 @@ impl Layout {
 
 const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
 const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
-const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_DOMAIN_TABLE);
-const _: () = assert!(H_DOMAIN_TABLE + crate::schema::MAX_DOMAINS * NAME_WORDS <= H_EVENT_TABLE);
-const _: () = assert!(H_EVENT_TABLE + crate::schema::MAX_EVENTS * EVENT_WORDS <= HEADER_WORDS);
+const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
+const _: () = assert!(
+    H_EVENT_TABLE + crate::schema::MAX_EVENTS * EVENT_WORDS <= crate::domains::H_DOMAIN_TABLE
+);
+const _: () = assert!(
+    crate::domains::H_DOMAIN_TABLE + crate::schema::MAX_DOMAINS * crate::domains::ENTRY_WORDS
+        <= HEADER_WORDS
+);
 const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
 
 /// Packs a name into four words of NUL-padded UTF-8.

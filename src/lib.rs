@@ -55,6 +55,10 @@
 )]
 
 mod clock;
+mod domains;
+#[cfg(edgemark_loom)]
+#[doc(hidden)]
+pub use domains::LoomTable;
 #[cfg(all(feature = "prometheus", not(edgemark_loom)))]
 pub mod export;
 mod layout;

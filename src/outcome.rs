@@ -50,7 +50,9 @@ pub enum Outcome {
     UnknownEdge,
     /// The event is not in the region's schema.
     UnknownEvent,
-    /// The clock domain is not declared in the region.
+    /// The clock-domain name cannot name a domain: empty or blank, longer
+    /// than 32 bytes, or with a control character. (Any valid name is
+    /// registered on first use; see [`Outcome::DomainTableFull`].)
     UnknownDomain,
     /// The token belongs to another region.
     ForeignToken,
@@ -63,11 +65,14 @@ pub enum Outcome {
     Corrupt,
     /// Recording is off: the recorder is [`Recorder::disabled`](crate::Recorder::disabled).
     Disabled,
+    /// The region's clock-domain table is full (32 domains, declared and
+    /// registered together), so a new domain name could not be registered.
+    DomainTableFull,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 19] = [
+    pub const ALL: [Outcome; 20] = [
         Outcome::Recorded,
         Outcome::Started,
         Outcome::Duplicate,
@@ -87,6 +92,7 @@ impl Outcome {
         Outcome::Busy,
         Outcome::Corrupt,
         Outcome::Disabled,
+        Outcome::DomainTableFull,
     ];
 
     /// The outcome with this [`Outcome::name`].
@@ -102,7 +108,7 @@ impl Outcome {
 
     /// The refusals counted in the region header, in counter order. The
     /// order is part of the region format.
-    pub const COUNTED: [Outcome; 14] = [
+    pub const COUNTED: [Outcome; 15] = [
         Outcome::StaleSegment,
         Outcome::SegmentNotStarted,
         Outcome::Closed,
@@ -117,6 +123,7 @@ impl Outcome {
         Outcome::RegionFull,
         Outcome::Busy,
         Outcome::Corrupt,
+        Outcome::DomainTableFull,
     ];
 
     /// Whether the call changed state (`Recorded` or `Started`).
@@ -147,6 +154,7 @@ impl Outcome {
             Outcome::Busy => "busy",
             Outcome::Corrupt => "corrupt",
             Outcome::Disabled => "disabled",
+            Outcome::DomainTableFull => "domain_table_full",
         }
     }
 
@@ -169,6 +177,7 @@ impl Outcome {
             Outcome::RegionFull => 11,
             Outcome::Busy => 12,
             Outcome::Corrupt => 13,
+            Outcome::DomainTableFull => 14,
             _ => return None,
         })
     }

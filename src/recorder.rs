@@ -4,11 +4,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::domains::{Catalog, RegisterError};
 use crate::layout::{Layout, H_CLOSED, H_COUNTERS, H_DROPPED, H_FLAGS, H_RECLAIMED};
 use crate::outcome::Outcome;
-use crate::protocol::{Proto, Reclaimed};
+use crate::protocol::{Proto, RawSnapshot, Reclaimed};
 use crate::region::{self, AttachError, AttachOptions, CreateError, Header, Storage};
-use crate::schema::{EventId, Schema};
+use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{RequestState, Snapshot};
 use crate::stats::Histogram;
 use crate::sync::Ordering;
@@ -120,8 +121,8 @@ pub struct RegionBuilder {
     segments: u32,
     schema: Schema,
     group_access: bool,
-    /// A domain name `domain` refused, reported by `create`.
-    bad_domain: Option<String>,
+    /// Why `domain` refused a name, reported by `create`.
+    bad_domain: Option<crate::SchemaError>,
 }
 
 impl Default for RegionBuilder {
@@ -172,7 +173,7 @@ impl RegionBuilder {
     pub fn domain(mut self, name: &str) -> RegionBuilder {
         match self.schema.clone().with_domain(name) {
             Ok(s) => self.schema = s,
-            Err(_) => self.bad_domain = Some(name.to_owned()),
+            Err(e) => self.bad_domain = Some(e),
         }
         self
     }
@@ -185,9 +186,7 @@ impl RegionBuilder {
 
     fn header(&self) -> Result<Header, CreateError> {
         if let Some(bad) = &self.bad_domain {
-            return Err(CreateError::Schema(crate::SchemaError::BadName(
-                bad.clone(),
-            )));
+            return Err(CreateError::Schema(bad.clone()));
         }
         region::new_header(
             &self.edges,
@@ -249,7 +248,10 @@ fn holder() -> u32 {
 struct Inner {
     storage: Storage,
     layout: Layout,
+    /// The declared schema, also `names.schema` (kept here for the record
+    /// path, one pointer away).
     schema: Arc<Schema>,
+    names: Arc<Catalog>,
     edges: Vec<Edge>,
     region_id: u64,
     shared_clock: bool,
@@ -403,10 +405,12 @@ impl Recorder {
         path: Option<PathBuf>,
         shared_clock: bool,
     ) -> Recorder {
+        let schema = Arc::new(header.schema.clone());
         Recorder {
             inner: Some(Arc::new(Inner {
                 layout: header.layout,
-                schema: Arc::new(header.schema.clone()),
+                names: Arc::new(Catalog::new(Arc::clone(&schema))),
+                schema,
                 edges: header.edges.clone(),
                 region_id: header.region_id,
                 shared_clock,
@@ -572,13 +576,25 @@ impl Recorder {
     }
 
     /// Records `mark` with an elapsed time measured elsewhere: `elapsed_ms`
-    /// milliseconds from the request's origin in the clock domain `domain`
-    /// (declared in the region), for worker-local durations and other
-    /// clocks.
+    /// milliseconds from the request's origin in the clock domain `domain`,
+    /// for worker-local durations and other clocks.
     ///
-    /// A negative, infinite or NaN elapsed time is refused as
-    /// [`Outcome::Invalid`] and leaves no state. Values are kept to the
-    /// microsecond.
+    /// A domain the region does not hold yet is registered on first use
+    /// (see [`Recorder::register_domain`]). A negative, infinite or NaN
+    /// elapsed time is refused as [`Outcome::Invalid`] and leaves no state.
+    /// Values are kept to the microsecond.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event, Mark, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// let emit = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit);
+    /// assert!(rec.record_elapsed(t, emit, 10.0, "talker_worker").is_success());
+    /// let snap = rec.snapshot(t);
+    /// let seg = snap.segment(Edge::new(0, 1), 0).unwrap();
+    /// assert_eq!(seg.domain(Event::ProducerFirstNonemptyEmit), Some("talker_worker"));
+    /// assert_eq!(seg.elapsed_ms(Event::ProducerFirstNonemptyEmit), Some(10.0));
+    /// ```
     pub fn record_elapsed(
         &self,
         token: Token,
@@ -600,8 +616,12 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
-        let Some(domain) = inner.schema.domain(domain) else {
-            return p.count(Outcome::UnknownDomain);
+        let domain = match inner.schema.domain(domain) {
+            Some(d) => d,
+            None => match Recorder::resolve_domain(inner, domain) {
+                Ok(d) => d,
+                Err(why) => return p.count(why),
+            },
         };
         if domain.0 == 0 && !inner.shared_clock {
             return p.count(Outcome::ClockMismatch);
@@ -623,6 +643,54 @@ impl Recorder {
             mark.event.0 as usize,
             |_| Ok(value),
         )
+    }
+
+    fn resolve_domain(inner: &Inner, name: &str) -> Result<DomainId, Outcome> {
+        inner
+            .names
+            .resolve(inner.storage.words(), name)
+            .map_err(|e| match e {
+                RegisterError::BadName => Outcome::UnknownDomain,
+                RegisterError::Full => Outcome::DomainTableFull,
+            })
+    }
+
+    /// The id of the clock domain `name`, registering it in the region if no
+    /// process has yet. Registration is lock-free and idempotent: processes
+    /// that register one name at once get one id. A region holds at most
+    /// [`MAX_DOMAINS`](crate::MAX_DOMAINS) domains, declared and registered
+    /// together.
+    ///
+    /// Errors: [`Outcome::UnknownDomain`] for a name that cannot name a
+    /// domain (empty or blank, over 32 bytes, a control character),
+    /// [`Outcome::DomainTableFull`] (counted) when the table is full,
+    /// [`Outcome::Disabled`].
+    ///
+    /// ```
+    /// # use edgemark::{DomainId, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// assert_eq!(rec.register_domain("host_monotonic"), Ok(DomainId::HOST_MONOTONIC));
+    /// let sender = rec.register_domain("sender").unwrap();
+    /// assert_eq!(rec.register_domain("sender"), Ok(sender));
+    /// assert_eq!(rec.domains(), ["host_monotonic", "sender"]);
+    /// ```
+    pub fn register_domain(&self, name: &str) -> Result<DomainId, Outcome> {
+        let inner = self.inner.as_deref().ok_or(Outcome::Disabled)?;
+        if let Some(d) = inner.schema.domain(name) {
+            return Ok(d);
+        }
+        Recorder::resolve_domain(inner, name).map_err(|why| match why {
+            Outcome::DomainTableFull => Recorder::proto(inner).count(why),
+            other => other,
+        })
+    }
+
+    /// Every clock domain of the region, declared and registered, in id
+    /// order; empty when disabled.
+    pub fn domains(&self) -> Vec<String> {
+        self.inner
+            .as_deref()
+            .map_or_else(Vec::new, |i| i.names.all(i.storage.words()))
     }
 
     /// Starts segment `segment` on `edge` of the request: a control
@@ -670,13 +738,13 @@ impl Recorder {
             &Recorder::holder_alive(inner),
         ) {
             Ok((mut raw, freed)) => {
-                crate::snapshot::sanitize(&mut raw, &inner.schema);
+                crate::snapshot::sanitize(&mut raw, &inner.names, inner.storage.words());
                 if freed {
                     // Only the close that freed the slot counts the request,
                     // so each is counted once.
                     p.account_closed(&raw);
                 }
-                Snapshot::from_raw(raw, RequestState::Closed, &inner.schema, &inner.edges)
+                Snapshot::from_raw(raw, RequestState::Closed, &inner.names, &inner.edges)
             }
             Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
             Err(_) => Snapshot::gone(),
@@ -690,9 +758,14 @@ impl Recorder {
             return Snapshot::gone();
         };
         match Recorder::proto(inner).snapshot(token.slot, token.gen) {
-            Some(raw) => Snapshot::from_raw(raw, RequestState::Open, &inner.schema, &inner.edges),
+            Some(raw) => Recorder::detach(inner, raw, RequestState::Open),
             None => Snapshot::gone(),
         }
+    }
+
+    fn detach(inner: &Inner, mut raw: RawSnapshot, state: RequestState) -> Snapshot {
+        crate::snapshot::sanitize(&mut raw, &inner.names, inner.storage.words());
+        Snapshot::from_raw(raw, state, &inner.names, &inner.edges)
     }
 
     fn valid(&self, token: Token) -> Option<&Inner> {
@@ -772,10 +845,7 @@ impl Recorder {
                     slot,
                     gen,
                 };
-                f(
-                    token,
-                    Snapshot::from_raw(raw, RequestState::Open, &inner.schema, &inner.edges),
-                );
+                f(token, Recorder::detach(inner, raw, RequestState::Open));
             }
         }
     }

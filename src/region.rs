@@ -285,11 +285,7 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
     for (i, e) in h.edges.iter().enumerate() {
         put(H_EDGE_TABLE + i, u64::from(e.from) | u64::from(e.to) << 32);
     }
-    for (i, d) in h.schema.domains().iter().enumerate() {
-        for (j, w) in pack_name(d).into_iter().enumerate() {
-            put(H_DOMAIN_TABLE + i * NAME_WORDS + j, w);
-        }
-    }
+    crate::domains::write_declared(words, h.schema.domains());
     for (i, e) in h.schema.events().iter().enumerate() {
         let base = H_EVENT_TABLE + i * EVENT_WORDS;
         for (j, w) in pack_name(e.name()).into_iter().enumerate() {
@@ -378,8 +374,13 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         let w = [get(base), get(base + 1), get(base + 2), get(base + 3)];
         unpack_name(w).ok_or(AttachError::Schema(SchemaError::BadName(what)))
     };
+    // The declared domains are written ready at creation and never change;
+    // entries after them are registered at run time and read when needed.
     let domains = (0..domain_count as usize)
-        .map(|i| name_at(H_DOMAIN_TABLE + i * NAME_WORDS, format!("domain #{i}")))
+        .map(|i| {
+            crate::domains::read(words, i)
+                .ok_or_else(|| AttachError::Schema(SchemaError::BadName(format!("domain #{i}"))))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut events = Vec::with_capacity(layout.events as usize);
     for i in 0..layout.events as usize {

@@ -6,7 +6,8 @@ use std::fmt;
 pub const MAX_NAME_LEN: usize = 32;
 /// Most events a schema can declare.
 pub const MAX_EVENTS: usize = 16;
-/// Most clock domains a region can declare (the shared clock included).
+/// Most clock domains a region holds, declared at creation and registered at
+/// run time together (the shared clock included).
 pub const MAX_DOMAINS: usize = crate::word::MAX_DOMAINS;
 /// The name of the shared clock domain: `CLOCK_MONOTONIC` of the creating
 /// host, boot and time namespace. It is always domain 0.
@@ -126,12 +127,15 @@ pub struct Schema {
 /// Why a schema could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SchemaError {
-    /// A name is empty, longer than [`MAX_NAME_LEN`] bytes, or contains a NUL.
+    /// A name is empty or blank, longer than [`MAX_NAME_LEN`] bytes, or
+    /// contains a control character (NUL, newline, escape, ...).
     BadName(String),
     /// The name is declared twice.
     Duplicate(String),
-    /// More than [`MAX_EVENTS`] events or [`MAX_DOMAINS`] domains.
-    TooMany,
+    /// More than [`MAX_EVENTS`] events.
+    TooManyEvents,
+    /// More than [`MAX_DOMAINS`] clock domains.
+    TooManyDomains,
     /// An event names a clock domain the schema does not declare.
     UnknownDomain(String),
     /// A schema needs at least one event.
@@ -141,14 +145,20 @@ pub enum SchemaError {
 impl fmt::Display for SchemaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // `{:?}` escapes control characters, so a hostile name cannot
+            // drive the terminal that shows this message.
             SchemaError::BadName(n) => write!(
                 f,
-                "bad name {n:?}: names are 1 to {MAX_NAME_LEN} bytes of UTF-8 without NUL"
+                "bad name {n:?}: names are 1 to {MAX_NAME_LEN} bytes of UTF-8, not blank, \
+                 without control characters"
             ),
             SchemaError::Duplicate(n) => write!(f, "name {n:?} is declared twice"),
-            SchemaError::TooMany => write!(
+            SchemaError::TooManyEvents => {
+                write!(f, "too many events: a schema holds at most {MAX_EVENTS}")
+            }
+            SchemaError::TooManyDomains => write!(
                 f,
-                "a schema holds at most {MAX_EVENTS} events and {MAX_DOMAINS} clock domains"
+                "too many clock domains: a region holds at most {MAX_DOMAINS}"
             ),
             SchemaError::UnknownDomain(n) => write!(f, "clock domain {n:?} is not declared"),
             SchemaError::NoEvents => write!(f, "a schema needs at least one event"),
@@ -158,8 +168,15 @@ impl fmt::Display for SchemaError {
 
 impl std::error::Error for SchemaError {}
 
+/// Whether `name` can name an event or clock domain: 1 to
+/// [`MAX_NAME_LEN`] bytes, not only white space, no control character.
+/// Allocates nothing (the record path calls it).
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.trim().is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+}
+
 fn check_name(name: &str) -> Result<(), SchemaError> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
+    if !valid_name(name) {
         return Err(SchemaError::BadName(name.to_owned()));
     }
     Ok(())
@@ -206,7 +223,7 @@ impl Schema {
             return Ok(self);
         }
         if self.domains.len() == MAX_DOMAINS {
-            return Err(SchemaError::TooMany);
+            return Err(SchemaError::TooManyDomains);
         }
         self.domains.push(name.to_owned());
         Ok(self)
@@ -225,7 +242,7 @@ impl Schema {
             return Err(SchemaError::Duplicate(name.to_owned()));
         }
         if self.events.len() == MAX_EVENTS {
-            return Err(SchemaError::TooMany);
+            return Err(SchemaError::TooManyEvents);
         }
         let domain = self
             .domain(domain)

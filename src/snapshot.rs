@@ -5,8 +5,10 @@ use std::sync::Arc;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use crate::domains::Catalog;
 use crate::protocol::{RawSnapshot, Values};
-use crate::schema::{DomainId, EventId, Schema};
+use crate::schema::{DomainId, EventId};
+use crate::sync::AtomicU64;
 use crate::Edge;
 
 /// Whether the request a snapshot describes is still running.
@@ -55,7 +57,7 @@ pub struct EdgeSegment {
     /// One value word per schema event, inline.
     values: Values,
     first_chunk_seq: Option<u64>,
-    schema: Arc<Schema>,
+    names: Arc<Catalog>,
 }
 
 impl EdgeSegment {
@@ -106,8 +108,7 @@ impl EdgeSegment {
     }
     /// The clock domain `event` was recorded in, if it was.
     pub fn domain(&self, event: impl Into<EventId>) -> Option<&str> {
-        self.get(event)
-            .and_then(|o| self.schema.domain_name(o.domain))
+        self.get(event).and_then(|o| self.names.name(o.domain))
     }
     /// Milliseconds from `start` to `end`, only when both were recorded in
     /// the same clock domain (hence from the same origin) and `end` is not
@@ -155,9 +156,9 @@ impl Serialize for EdgeSegment {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let seg = self.0;
                 let mut m = s.serialize_map(None)?;
-                for (spec, v) in seg.schema.events().iter().zip(seg.all()) {
+                for (spec, v) in seg.names.schema.events().iter().zip(seg.all()) {
                     if let Some(o) = v {
-                        let name = seg.schema.domain_name(o.domain).unwrap_or("unknown");
+                        let name = seg.names.name(o.domain).unwrap_or("unknown");
                         m.serialize_entry(spec.name(), name)?;
                     }
                 }
@@ -171,7 +172,7 @@ impl Serialize for EdgeSegment {
         m.serialize_entry("first_chunk_seq", &self.first_chunk_seq)?;
         m.serialize_entry("clock_domains", &Domains(self))?;
         let mut key = String::with_capacity(48);
-        for (spec, v) in self.schema.events().iter().zip(self.all()) {
+        for (spec, v) in self.names.schema.events().iter().zip(self.all()) {
             key.clear();
             key.push_str(spec.name());
             key.push_str("_ms");
@@ -181,16 +182,15 @@ impl Serialize for EdgeSegment {
     }
 }
 
-/// Drops values no edgemark process writes (a clock domain the schema does
-/// not declare) and marks their segment corrupt.
-pub(crate) fn sanitize(raw: &mut RawSnapshot, schema: &Schema) {
-    let domains = schema.domains().len();
+/// Drops values no edgemark process writes (a clock domain that names no
+/// domain in the region's table) and marks their segment corrupt.
+pub(crate) fn sanitize(raw: &mut RawSnapshot, names: &Catalog, words: &[AtomicU64]) {
     for seg in &mut raw.segments {
         for i in 0..seg.values.len() {
             if seg
                 .values
                 .get(i)
-                .is_some_and(|v| usize::from(v.domain) >= domains)
+                .is_some_and(|v| !names.knows(words, DomainId(v.domain)))
             {
                 seg.values.clear(i);
                 seg.corrupt = true;
@@ -233,15 +233,18 @@ impl Snapshot {
         }
     }
 
+    /// A snapshot of a raw one that [`sanitize`] has seen.
     pub(crate) fn from_raw(
         raw: RawSnapshot,
         state: RequestState,
-        schema: &Arc<Schema>,
+        names: &Arc<Catalog>,
         edges: &[Edge],
     ) -> Snapshot {
-        let chunk_event = schema.events().iter().position(|e| e.keeps_chunk_seq());
-        let mut raw = raw;
-        sanitize(&mut raw, schema);
+        let chunk_event = names
+            .schema
+            .events()
+            .iter()
+            .position(|e| e.keeps_chunk_seq());
         let corrupt = raw.corrupt;
         let mut segments: Vec<EdgeSegment> = raw
             .segments
@@ -252,7 +255,7 @@ impl Snapshot {
                 segment_index: s.index,
                 values: s.values,
                 first_chunk_seq: chunk_event.and_then(|i| s.values.get(i)?.chunk_seq),
-                schema: Arc::clone(schema),
+                names: Arc::clone(names),
             })
             .collect();
         segments.sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));

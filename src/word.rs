@@ -11,7 +11,7 @@
 //! | kind | bits 61..0 |
 //! |---|---|
 //! | `00` empty | bits 55..24 generation, bits 23..0 segment count; 61..56 zero |
-//! | `01` value | bits 61..59 clock domain, 58..37 chunk sequence + 1 (0 = none), 36..0 elapsed microseconds |
+//! | `01` value | bits 61..57 clock domain, 56..37 chunk sequence + 1 (0 = none), 36..0 elapsed microseconds |
 //! | `10` sealed | as empty: the generation and count it was sealed in |
 //! | `11` | never written by edgemark: a corrupt cell |
 //!
@@ -23,11 +23,11 @@
 pub(crate) const ELAPSED_BITS: u32 = 37;
 /// Largest elapsed time a value word holds, in microseconds (about 38.2 hours).
 pub(crate) const MAX_ELAPSED_US: u64 = (1 << ELAPSED_BITS) - 1;
-const CHUNK_BITS: u32 = 22;
+const CHUNK_BITS: u32 = 20;
 /// Largest chunk sequence number a value word holds.
 pub(crate) const MAX_CHUNK_SEQ: u64 = (1 << CHUNK_BITS) - 2;
-const DOMAIN_BITS: u32 = 3;
-/// Number of clock domains a region can declare.
+const DOMAIN_BITS: u32 = 5;
+/// Number of clock domains a region can hold (declared and registered).
 pub(crate) const MAX_DOMAINS: usize = 1 << DOMAIN_BITS;
 /// Largest segment count a request can reach on one edge.
 pub(crate) const MAX_COUNT: u32 = (1 << 24) - 1;

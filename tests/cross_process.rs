@@ -140,3 +140,96 @@ fn orchestrator_snapshots_while_a_worker_records() {
         Outcome::Closed
     );
 }
+
+#[test]
+fn processes_register_clock_domains_at_run_time_until_the_table_is_full() {
+    let p = Processes::new();
+    let mut workers: Vec<Worker> = (0..4).map(|_| Worker::spawn(&p.path)).collect();
+    let events = [
+        ProducerFirstNonemptyEmit,
+        EdgeFirstSendComplete,
+        ConsumerFirstAccept,
+        ConsumerFirstNonemptyOutput,
+    ];
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    // Each round names three new domains: workers 0 and 1 race to register
+    // one name, workers 2 and 3 each register their own, all at once. The
+    // table holds 32: pad it so that after the full rounds one entry is left
+    // for the last round's three names.
+    while (edgemark::MAX_DOMAINS - p.rec.domains().len()) % 3 != 1 {
+        let pad = format!("pad_{}", p.rec.domains().len());
+        p.rec.register_domain(&pad).unwrap();
+    }
+    let base = p.rec.domains().len();
+    let full_rounds = (edgemark::MAX_DOMAINS - base) / 3;
+    assert!(full_rounds >= 5, "{base} domains before the rounds");
+    for round in 0..=full_rounds {
+        let t = p.rec.begin().unwrap();
+        let shared = leak(format!("shared_{round}"));
+        let names = [
+            shared,
+            shared,
+            leak(format!("own_{round}_2")),
+            leak(format!("own_{round}_3")),
+        ];
+        for (w, worker) in workers.iter_mut().enumerate() {
+            let o = obs(E01, events[w]).ms(1.0 + w as f64).in_domain(names[w]);
+            worker.send(&common::record_line(t, &o));
+        }
+        let outcomes: Vec<Outcome> = workers
+            .iter_mut()
+            .map(|w| common::outcome_named(&w.read()))
+            .collect();
+        let domains = p.rec.domains();
+        let snap = p.rec.close(t);
+        if round < full_rounds {
+            assert!(
+                outcomes.iter().all(|&o| o == Outcome::Recorded),
+                "{outcomes:?}"
+            );
+            let seg = snap.segment(E01, 0).unwrap();
+            for (w, e) in events.iter().enumerate() {
+                assert_eq!(seg.domain(*e), Some(names[w]), "round {round} worker {w}");
+            }
+            // One name, one id, whichever process registered it.
+            assert_eq!(seg.elapsed_between(events[0], events[1]), Some(1.0));
+            assert_eq!(seg.elapsed_between(events[1], events[2]), None);
+            assert_eq!(domains.len(), base + 3 * (round + 1), "{domains:?}");
+        } else {
+            // The last free entry went to one of the three names.
+            assert_eq!(domains.len(), edgemark::MAX_DOMAINS, "{domains:?}");
+            let won: Vec<&str> = names
+                .iter()
+                .copied()
+                .filter(|n| domains.iter().any(|d| d == n))
+                .collect();
+            assert!(!won.is_empty(), "{domains:?}");
+            for (w, o) in outcomes.iter().enumerate() {
+                let want = if won.contains(&names[w]) {
+                    Outcome::Recorded
+                } else {
+                    Outcome::DomainTableFull
+                };
+                assert_eq!(*o, want, "worker {w}: {outcomes:?}");
+            }
+            let refused = outcomes
+                .iter()
+                .filter(|&&o| o == Outcome::DomainTableFull)
+                .count() as u64;
+            let c = p.rec.counters();
+            let counted = c
+                .refused
+                .iter()
+                .find(|(o, _)| *o == Outcome::DomainTableFull)
+                .unwrap()
+                .1;
+            assert_eq!(counted, refused);
+        }
+        for n in names {
+            assert!(
+                domains.iter().filter(|d| *d == n).count() <= 1,
+                "{domains:?}"
+            );
+        }
+    }
+}

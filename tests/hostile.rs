@@ -217,9 +217,12 @@ fn schemas_with_absurd_counts_or_non_utf8_names_are_refused() {
         (7, u64::MAX),
         (8, 0),
         (8, 9),
-        (128, 0),
-        (128, 0xfffe_fdfc),
-        (132, u64::from_le_bytes(*b"\xff\xfe\xfd\0\0\0\0\0")),
+        // The domain table: the shared clock's entry emptied, its name
+        // garbled (no longer its hash), a non-UTF-8 name, a claimed state.
+        (256, 0),
+        (257, 0xfffe_fdfc),
+        (257, u64::from_le_bytes(*b"\xff\xfe\xfd\0\0\0\0\0")),
+        (256, 1 << 62),
         (160, 0),
         (160 + 4, 7),
         (160 + 4, 1 << 20),
@@ -533,7 +536,10 @@ fn bad_timestamps_give_an_outcome_and_write_nothing() {
         (f64::NAN, "gpu", Outcome::Invalid),
         (edgemark::MAX_ELAPSED_MS * 2.0, "gpu", Outcome::OutOfRange),
         (1e300, "host_monotonic", Outcome::OutOfRange),
-        (1.0, "elsewhere", Outcome::UnknownDomain),
+        (1.0, "", Outcome::UnknownDomain),
+        (1.0, "  ", Outcome::UnknownDomain),
+        (1.0, "esc\u{1b}[2J", Outcome::UnknownDomain),
+        (1.0, &"x".repeat(33), Outcome::UnknownDomain),
     ] {
         assert_eq!(rec.record_elapsed(t, m, ms, domain), want, "{ms} {domain}");
         assert!(rec.snapshot(t).is_empty());

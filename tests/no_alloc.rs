@@ -170,6 +170,28 @@ fn duplicate_records_allocate_nothing() {
 }
 
 #[test]
+fn records_in_a_registered_domain_allocate_nothing_after_the_first() {
+    let (_dir, rec) = region();
+    let marks = marks();
+    let tokens = begin(&rec, REQUESTS, &marks);
+    // The first use registers the name (and caches it: one allocation).
+    assert_eq!(
+        rec.record_elapsed(tokens[0], marks[0], 1.0, "registered_late"),
+        Outcome::Recorded
+    );
+    let mut outcomes = Vec::with_capacity(tokens.len() * marks.len());
+    let calls = allocator_calls(|| {
+        for &t in &tokens[1..] {
+            for &m in &marks {
+                outcomes.push(rec.record_elapsed(t, m, 2.0, "registered_late"));
+            }
+        }
+    });
+    assert_eq!(calls, 0, "a record in a registered domain allocated");
+    assert!(outcomes.iter().all(|&o| o == Outcome::Recorded));
+}
+
+#[test]
 fn refused_records_allocate_nothing() {
     let (_dir, rec) = region();
     let marks = marks();
@@ -186,7 +208,7 @@ fn refused_records_allocate_nothing() {
             outcomes.push(rec.record(open, heartbeat));
             outcomes.push(rec.record(open, undeclared));
             outcomes.push(rec.record_elapsed(open, marks[2], f64::NAN, DOMAIN));
-            outcomes.push(rec.record_elapsed(open, marks[2], 1.0, "no_such_domain"));
+            outcomes.push(rec.record_elapsed(open, marks[2], 1.0, "no\nname"));
             outcomes.push(Recorder::disabled().record(open, marks[3]));
         }
     });

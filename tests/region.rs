@@ -232,7 +232,7 @@ fn undeclared_edges_events_and_domains_are_refused_and_counted() {
         Outcome::UnknownEvent
     );
     assert_eq!(
-        rec.record_elapsed(t, Mark::new(E01, ConsumerFirstAccept), 1.0, "nope"),
+        rec.record_elapsed(t, Mark::new(E01, ConsumerFirstAccept), 1.0, "no\tpe"),
         Outcome::UnknownDomain
     );
     assert_eq!(
@@ -481,13 +481,23 @@ fn bad_creation_arguments_are_errors() {
         Err(CreateError::Schema(_))
     ));
     let mut many = b.clone().edge(0, 1);
-    for i in 0..8 {
+    for i in 1..edgemark::MAX_DOMAINS {
         many = many.domain(&format!("d{i}"));
     }
+    assert!(many.clone().create_in_memory().is_ok(), "32 domains fit");
+    let e = many.domain("one_more").create_in_memory().unwrap_err();
     assert!(matches!(
-        many.create_in_memory(),
-        Err(CreateError::Schema(_))
+        e,
+        CreateError::Schema(edgemark::SchemaError::TooManyDomains)
     ));
+    assert!(e.to_string().contains("too many clock domains"), "{e}");
+    let e = b
+        .clone()
+        .edge(0, 1)
+        .domain("bad\u{1b}]0;title\u{7}")
+        .create_in_memory()
+        .unwrap_err();
+    assert!(!e.to_string().contains('\u{1b}'), "escaped: {e}");
     for e in [CreateError::NoEdges, CreateError::Geometry("x".into())] {
         assert!(!e.to_string().is_empty());
     }
@@ -527,7 +537,7 @@ fn attach_validates_every_header_field() {
     type Want = fn(&AttachError) -> bool;
     let cases: [(usize, u64, Want); 9] = [
         (1, 0, |e| matches!(e, AttachError::NotInitialised)),
-        (1, 2, |e| matches!(e, AttachError::UnsupportedVersion(2))),
+        (1, 3, |e| matches!(e, AttachError::UnsupportedVersion(3))),
         (2, 8192, |e| matches!(e, AttachError::Geometry(_))),
         (3, 1, |e| matches!(e, AttachError::Geometry(_))),
         (4, 9, |e| {

@@ -148,7 +148,9 @@ class Outcome(str, enum.Enum):
     UNKNOWN_EDGE = "unknown_edge"
     #: The event is not in the region's schema.
     UNKNOWN_EVENT = "unknown_event"
-    #: The clock domain is not declared in the region.
+    #: The clock-domain name cannot name a domain (empty or blank, over 32
+    #: bytes, or with a control character); any other name is registered on
+    #: first use.
     UNKNOWN_DOMAIN = "unknown_domain"
     #: The token belongs to another region.
     FOREIGN_TOKEN = "foreign_token"
@@ -160,6 +162,9 @@ class Outcome(str, enum.Enum):
     CORRUPT = "corrupt"
     #: Recording is off: the region is disabled, or the token is ``None``.
     DISABLED = "disabled"
+    #: The region's clock-domain table is full (32 domains, declared and
+    #: registered together), so a new domain name could not be registered.
+    DOMAIN_TABLE_FULL = "domain_table_full"
 
     @property
     def is_success(self) -> bool:

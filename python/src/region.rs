@@ -583,12 +583,26 @@ impl PyRegion {
         self.event_names()
     }
 
-    /// The clock domains; the first is always ``"host_monotonic"``.
+    /// The clock domains, declared and registered at run time, in id
+    /// order; the first is always ``"host_monotonic"``.
     #[getter]
     fn domains(&self) -> Vec<String> {
-        self.rec
-            .schema()
-            .map_or_else(Vec::new, |s| s.domains().to_vec())
+        self.rec.domains()
+    }
+
+    /// Registers the clock domain ``name`` (any attached process may; a
+    /// record naming a new domain does it too) and returns its id.
+    /// Idempotent. ``ValueError`` for a name that cannot name a domain
+    /// (empty or blank, over 32 bytes, a control character); a full table
+    /// (32 domains) or a disabled region returns ``None``.
+    fn register_domain(&self, name: &str) -> PyResult<Option<u8>> {
+        match self.rec.register_domain(name) {
+            Ok(d) => Ok(Some(d.0)),
+            Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(format!(
+                "{name:?} cannot name a clock domain: 1 to 32 bytes, not blank, no control characters"
+            ))),
+            Err(_) => Ok(None),
+        }
     }
 
     fn __repr__(&self) -> String {

@@ -424,6 +424,36 @@ def test_attach_sees_the_same_region(tmp_path):
     assert owner.snapshot(t)["0->1:0"]["clock_domains"]["consumer_first_accept"] == "dev"
 
 
+def test_clock_domains_are_registered_at_run_time_by_any_process(tmp_path):
+    owner = Region.create(tmp_path / "rt.region", edges=[(0, 1)], slots=4)
+    worker = Region.attach(tmp_path / "rt.region")
+    t = owner.begin()
+    # A record naming a new domain registers it; another process finds it.
+    assert worker.record_outcome(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, elapsed_ms=1.0, clock_domain="talker.gpu") == Outcome.RECORDED
+    assert owner.record(t, 0, 1, E.EDGE_FIRST_SEND_COMPLETE, elapsed_ms=3.5, clock_domain="talker.gpu")
+    assert owner.domains == ["host_monotonic", "talker.gpu"] == worker.domains
+    assert owner.register_domain("talker.gpu") == 1 == worker.register_domain("talker.gpu")
+    seg = owner.snapshot(t)["0->1:0"]
+    assert seg["clock_domains"]["edge_first_send_complete"] == "talker.gpu"
+    assert elapsed_between(seg, E.PRODUCER_FIRST_NONEMPTY_EMIT, E.EDGE_FIRST_SEND_COMPLETE) == 2.5
+    for bad in ["", "   ", "a\nb", "\x1b[2J", "x" * 33]:
+        with pytest.raises(ValueError):
+            owner.register_domain(bad)
+        assert owner.record_outcome(t, 0, 1, E.CONSUMER_FIRST_ACCEPT, elapsed_ms=1.0, clock_domain=bad) == Outcome.UNKNOWN_DOMAIN
+
+
+def test_a_full_domain_table_fails_open_with_its_own_outcome(tmp_path):
+    r = Region.create(tmp_path / "full.region", edges=[(0, 1)], slots=4, domains=["declared"])
+    for i in range(2, 32):
+        assert r.register_domain(f"d{i}") == i
+    assert len(r.domains) == 32
+    assert r.register_domain("one.more") is None
+    t = r.begin()
+    assert r.record_outcome(t, 0, 1, E.CONSUMER_FIRST_ACCEPT, elapsed_ms=1.0, clock_domain="one.more") == Outcome.DOMAIN_TABLE_FULL
+    assert r.record(t, 0, 1, E.CONSUMER_FIRST_ACCEPT, elapsed_ms=1.0, clock_domain="d31")
+    assert r.counters()["refused"]["domain_table_full"] == 2
+
+
 def test_attach_missing_file_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError):
         Region.attach(tmp_path / "missing.region")

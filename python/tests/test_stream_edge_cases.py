@@ -20,16 +20,6 @@ from edgemark.stream_edge import RequestStreamEdgeEvents, StreamEdgeEvent, Strea
 DOMAINS = ("orchestrator.segment-0", "segment-1", "worker", "sender", "receiver")
 
 
-def _runtime_domains() -> bool:
-    """Whether the core registers clock domains when a record names one."""
-    r = Region.in_memory(edges=[(0, 1)], slots=1)
-    t = r.begin()
-    return r.record_outcome(t, 0, 1, 0, elapsed_ms=1.0, clock_domain="undeclared.probe") == "recorded"
-
-
-RUNTIME_DOMAINS = _runtime_domains()
-
-
 @pytest.fixture(scope="module")
 def workers():
     w = Workers()
@@ -65,18 +55,8 @@ class Setup:
     params=[
         ("given", "in_process"),
         ("given", "processes"),
-        pytest.param(
-            ("default", "in_process"),
-            marks=pytest.mark.skipif(
-                not RUNTIME_DOMAINS, reason="the core registers no clock domains at run time yet"
-            ),
-        ),
-        pytest.param(
-            ("default", "processes"),
-            marks=pytest.mark.skipif(
-                not RUNTIME_DOMAINS, reason="the core registers no clock domains at run time yet"
-            ),
-        ),
+        ("default", "in_process"),
+        ("default", "processes"),
     ],
     ids=lambda p: "-".join(p),
 )

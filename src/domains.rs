@@ -1,0 +1,405 @@
+//! The clock-domain table: names that any attached process may register at
+//! run time, lock-free and idempotently.
+//!
+//! A value word carries a 5-bit domain id; the id is the index of an entry in
+//! this table. The table lives in the region header (words
+//! [`H_DOMAIN_TABLE`] onwards), [`MAX_DOMAINS`] entries of five words each:
+//!
+//! | word | content |
+//! |---|---|
+//! | 0 | state: bits 63..62 kind (`00` empty, `01` claimed, `10` ready, `11` corrupt), bits 61..0 a hash of the name |
+//! | 1..=4 | the name, 32 bytes of NUL-padded UTF-8 |
+//!
+//! The declared domains (the shared clock first) are written ready when the
+//! region is created. To register a name at run time a process scans the
+//! entries in order:
+//!
+//! - *ready* with the name's hash: the name words are compared; equal means
+//!   this is the name's id.
+//! - *empty*: the process claims it, compare-and-swap to *claimed* with the
+//!   hash, then fills it (below).
+//! - *claimed* with the name's hash: the process fills it, whether it claimed
+//!   it or not, so a registrant that died between claim and publication
+//!   delays nobody. Each name word goes from 0 to its value by
+//!   compare-and-swap; a word already holding this name's value is fine,
+//!   a word holding anything else means another name with the same hash got
+//!   there first, and the entry is skipped. Once every word holds the name,
+//!   the state goes from *claimed* to *ready*.
+//! - anything else: the next entry.
+//!
+//! Entries only ever move empty -> claimed -> ready and a name word is
+//! written at most once, so every process registering one name reaches the
+//! same entry: the first one whose final content is that name. A full table
+//! fails open ([`Outcome::DomainTableFull`](crate::Outcome::DomainTableFull)).
+//!
+//! Readers (snapshots) trust an entry only when it is *ready* and its name
+//! words decode to a valid name with the state's hash; anything else, as a
+//! hostile process could write, is no name, and values in that domain are
+//! dropped as corrupt.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::layout::{pack_name, unpack_name, NAME_WORDS};
+use crate::schema::{valid_name, DomainId, Schema, MAX_DOMAINS};
+use crate::sync::{AtomicU64, Ordering};
+
+/// First header word of the domain table.
+pub(crate) const H_DOMAIN_TABLE: usize = 256;
+/// Words per entry: the state and the name.
+pub(crate) const ENTRY_WORDS: usize = 1 + NAME_WORDS;
+
+const KIND_SHIFT: u32 = 62;
+const HASH_MASK: u64 = (1 << KIND_SHIFT) - 1;
+const EMPTY: u64 = 0;
+const CLAIMED: u64 = 1;
+const READY: u64 = 2;
+
+/// How often one entry's state may change under a registrant before it gives
+/// the entry up: a bound, so that a process flipping a state word cannot keep
+/// a registrant spinning. Honest registrants change a state at most twice.
+const RETRIES: usize = 4;
+
+/// A 62-bit FNV-1a hash of a name.
+fn hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h & HASH_MASK
+}
+
+const fn state(kind: u64, hash: u64) -> u64 {
+    kind << KIND_SHIFT | hash
+}
+
+fn entry(words: &[AtomicU64], i: usize) -> &[AtomicU64] {
+    let base = H_DOMAIN_TABLE + i * ENTRY_WORDS;
+    &words[base..base + ENTRY_WORDS]
+}
+
+/// Why a name could not be registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RegisterError {
+    /// Not a valid domain name.
+    BadName,
+    /// Every entry holds another name.
+    Full,
+}
+
+/// Writes the declared domains as ready entries, at creation (into zeroed
+/// words, before the header is published).
+pub(crate) fn write_declared(words: &[AtomicU64], names: &[String]) {
+    for (i, name) in names.iter().enumerate() {
+        let e = entry(words, i);
+        for (w, v) in e[1..].iter().zip(pack_name(name)) {
+            // Relaxed: published by the Release store of the version word.
+            w.store(v, Ordering::Relaxed);
+        }
+        e[0].store(state(READY, hash(name)), Ordering::Relaxed);
+    }
+}
+
+/// What a reader finds in one entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Entry {
+    /// Empty or claimed: no name yet.
+    NotReady,
+    /// A ready entry and its name.
+    Ready(String),
+    /// Ready, but its words are no valid name with the state's hash, or a
+    /// state edgemark never writes.
+    Garbled,
+}
+
+/// Entry `i` as a reader finds it.
+pub(crate) fn inspect(words: &[AtomicU64], i: usize) -> Entry {
+    let e = entry(words, i);
+    // Acquire: pairs with the Release publication in `fill` (and, for
+    // declared entries, with the version word's Release store), so the name
+    // words read below are the ones the publisher saw.
+    let s = e[0].load(Ordering::Acquire);
+    match s >> KIND_SHIFT {
+        EMPTY | CLAIMED => return Entry::NotReady,
+        READY => {}
+        _ => return Entry::Garbled,
+    }
+    // Relaxed: ordered after the Acquire above; name words never change
+    // once written.
+    match unpack_name(std::array::from_fn(|j| e[1 + j].load(Ordering::Relaxed))) {
+        Some(name) if valid_name(&name) && hash(&name) == s & HASH_MASK => Entry::Ready(name),
+        _ => Entry::Garbled,
+    }
+}
+
+/// The name of entry `i` if it is ready and intact.
+pub(crate) fn read(words: &[AtomicU64], i: usize) -> Option<String> {
+    match inspect(words, i) {
+        Entry::Ready(name) => Some(name),
+        _ => None,
+    }
+}
+
+/// Every entry's name, `None` for entries that hold none.
+#[cfg(test)]
+pub(crate) fn read_all(words: &[AtomicU64]) -> Vec<Option<String>> {
+    (0..MAX_DOMAINS).map(|i| read(words, i)).collect()
+}
+
+/// Registers `name`, or finds it registered: its id.
+pub(crate) fn register(words: &[AtomicU64], name: &str) -> Result<DomainId, RegisterError> {
+    if !valid_name(name) {
+        return Err(RegisterError::BadName);
+    }
+    let h = hash(name);
+    let packed = pack_name(name);
+    for i in 0..MAX_DOMAINS {
+        let e = entry(words, i);
+        // Acquire: pairs with the Release publication in `fill`, so that a
+        // ready entry's name words are visible before they are compared.
+        let mut s = e[0].load(Ordering::Acquire);
+        for _ in 0..RETRIES {
+            match (s >> KIND_SHIFT, s & HASH_MASK) {
+                (EMPTY, 0) => {
+                    // AcqRel: the claim is ordered before the fill below;
+                    // on failure the Acquire reads the claimer's state as
+                    // above.
+                    match e[0].compare_exchange(
+                        s,
+                        state(CLAIMED, h),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => s = state(CLAIMED, h),
+                        Err(now) => s = now,
+                    }
+                    continue;
+                }
+                (CLAIMED, sh) if sh == h && fill(e, &packed) => return Ok(DomainId(i as u8)),
+                (READY, sh) if sh == h && names_equal(e, &packed) => return Ok(DomainId(i as u8)),
+                _ => {}
+            }
+            break;
+        }
+    }
+    Err(RegisterError::Full)
+}
+
+/// Fills a claimed entry with `packed` and publishes it; `false` if another
+/// name's words are in it.
+fn fill(e: &[AtomicU64], packed: &[u64; NAME_WORDS]) -> bool {
+    for (w, &v) in e[1..].iter().zip(packed) {
+        // Relaxed is enough: a name word is written once, from 0. Whoever
+        // publishes the entry has read every word's final value with these
+        // read-modify-writes before its Release store below, and read-read
+        // coherence carries those values to any reader that acquires the
+        // published state.
+        match w.compare_exchange(0, v, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(now) if now == v => {}
+            Err(_) => return false,
+        }
+    }
+    let claimed = e[0].load(Ordering::Relaxed);
+    let ready = state(READY, claimed & HASH_MASK);
+    if claimed >> KIND_SHIFT == CLAIMED {
+        // Release: publishes the name words filled above; pairs with the
+        // Acquire loads in `read` and `register`. A failure means another
+        // registrant published first (or a hostile process wrote the word):
+        // the comparison below decides.
+        let _ = e[0].compare_exchange(claimed, ready, Ordering::Release, Ordering::Relaxed);
+    }
+    // Acquire: pairs with whichever Release store made the entry ready.
+    e[0].load(Ordering::Acquire) == ready && names_equal(e, packed)
+}
+
+fn names_equal(e: &[AtomicU64], packed: &[u64; NAME_WORDS]) -> bool {
+    // Relaxed: ordered after the caller's Acquire load of the ready state.
+    e[1..]
+        .iter()
+        .zip(packed)
+        .all(|(w, &v)| w.load(Ordering::Relaxed) == v)
+}
+
+/// The domain table over heap words, for the loom models in `loom-tests/`
+/// (which drive the real registration code over loom's atomics).
+#[cfg(edgemark_loom)]
+pub struct LoomTable(crate::sync::HeapWords);
+
+#[cfg(edgemark_loom)]
+impl LoomTable {
+    /// A table holding the shared clock only.
+    pub fn new() -> LoomTable {
+        let heap = crate::sync::HeapWords::zeroed(crate::layout::HEADER_WORDS);
+        write_declared(heap.words(), &[crate::schema::HOST_MONOTONIC.to_owned()]);
+        LoomTable(heap)
+    }
+    /// Registers `name`: its id, or `None` if the table is full.
+    pub fn register(&self, name: &str) -> Option<u8> {
+        register(self.0.words(), name).ok().map(|d| d.0)
+    }
+    /// Entry `i`: `Ok(None)` not ready, `Ok(Some(name))` ready, `Err(())`
+    /// garbled.
+    #[allow(clippy::result_unit_err)]
+    pub fn inspect(&self, i: usize) -> Result<Option<String>, ()> {
+        match inspect(self.0.words(), i) {
+            Entry::NotReady => Ok(None),
+            Entry::Ready(n) => Ok(Some(n)),
+            Entry::Garbled => Err(()),
+        }
+    }
+}
+
+impl PartialEq for Catalog {
+    /// Segments of two snapshots are equal when their values and event names
+    /// are: their catalogs are views of the same table.
+    fn eq(&self, other: &Catalog) -> bool {
+        self.schema.events() == other.schema.events()
+    }
+}
+
+/// A process's view of a region's names: its schema and every domain name
+/// it has met, filled in as they are registered. Shared by the recorder and
+/// its snapshots (a name, once ready, never changes, so a snapshot's view of
+/// it is fixed).
+#[derive(Debug)]
+pub(crate) struct Catalog {
+    pub(crate) schema: Arc<Schema>,
+    domains: [OnceLock<String>; MAX_DOMAINS],
+}
+
+impl Catalog {
+    /// A catalog knowing the schema's declared domains.
+    pub(crate) fn new(schema: Arc<Schema>) -> Catalog {
+        let domains: [OnceLock<String>; MAX_DOMAINS] = std::array::from_fn(|_| OnceLock::new());
+        for (slot, name) in domains.iter().zip(schema.domains()) {
+            let _ = slot.set(name.clone());
+        }
+        Catalog { schema, domains }
+    }
+
+    /// The name of domain `id`, if this process has met it.
+    pub(crate) fn name(&self, id: DomainId) -> Option<&str> {
+        self.domains
+            .get(usize::from(id.0))?
+            .get()
+            .map(String::as_str)
+    }
+
+    /// Whether `id` names a domain, reading the region's table for an id not
+    /// met before.
+    pub(crate) fn knows(&self, words: &[AtomicU64], id: DomainId) -> bool {
+        let Some(slot) = self.domains.get(usize::from(id.0)) else {
+            return false;
+        };
+        if slot.get().is_some() {
+            return true;
+        }
+        match read(words, usize::from(id.0)) {
+            Some(name) => {
+                let _ = slot.set(name);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The id of the domain called `name`, registering it in the region if
+    /// no process has yet.
+    pub(crate) fn resolve(
+        &self,
+        words: &[AtomicU64],
+        name: &str,
+    ) -> Result<DomainId, RegisterError> {
+        if let Some(i) = self
+            .domains
+            .iter()
+            .position(|d| d.get().is_some_and(|d| d == name))
+        {
+            return Ok(DomainId(i as u8));
+        }
+        let id = register(words, name)?;
+        let _ = self.domains[usize::from(id.0)].set(name.to_owned());
+        Ok(id)
+    }
+
+    /// Every domain name of the region, in id order (reads the table).
+    pub(crate) fn all(&self, words: &[AtomicU64]) -> Vec<String> {
+        (0..MAX_DOMAINS as u8)
+            .filter(|&i| self.knows(words, DomainId(i)))
+            .filter_map(|i| self.name(DomainId(i)).map(str::to_owned))
+            .collect()
+    }
+}
+
+#[cfg(all(test, not(edgemark_loom)))]
+mod tests {
+    use super::*;
+    use crate::layout::HEADER_WORDS;
+    use crate::sync::HeapWords;
+
+    fn table() -> HeapWords {
+        let heap = HeapWords::zeroed(HEADER_WORDS);
+        write_declared(heap.words(), &["host_monotonic".to_owned()]);
+        heap
+    }
+
+    #[test]
+    fn registering_is_idempotent_and_ids_follow_the_declared_ones() {
+        let heap = table();
+        let w = heap.words();
+        assert_eq!(register(w, "host_monotonic"), Ok(DomainId(0)));
+        assert_eq!(register(w, "sender"), Ok(DomainId(1)));
+        assert_eq!(register(w, "receiver"), Ok(DomainId(2)));
+        assert_eq!(register(w, "sender"), Ok(DomainId(1)));
+        assert_eq!(read(w, 2).as_deref(), Some("receiver"));
+        assert_eq!(read(w, 3), None);
+    }
+
+    #[test]
+    fn a_full_table_refuses_and_bad_names_never_land() {
+        let heap = table();
+        let w = heap.words();
+        for i in 1..MAX_DOMAINS {
+            assert_eq!(register(w, &format!("d{i}")), Ok(DomainId(i as u8)));
+        }
+        assert_eq!(register(w, "one_more"), Err(RegisterError::Full));
+        assert_eq!(register(w, "d7"), Ok(DomainId(7)));
+        assert_eq!(register(w, ""), Err(RegisterError::BadName));
+        assert_eq!(register(w, "a\nb"), Err(RegisterError::BadName));
+        assert_eq!(register(w, &"x".repeat(33)), Err(RegisterError::BadName));
+    }
+
+    #[test]
+    fn a_claim_left_by_a_dead_registrant_is_finished_by_the_next() {
+        let heap = table();
+        let w = heap.words();
+        let e = entry(w, 1);
+        e[0].store(state(CLAIMED, hash("sender")), Ordering::Relaxed);
+        e[1].store(pack_name("sender")[0], Ordering::Relaxed);
+        assert_eq!(read(w, 1), None, "a claimed entry names nothing yet");
+        assert_eq!(register(w, "sender"), Ok(DomainId(1)));
+        assert_eq!(read(w, 1).as_deref(), Some("sender"));
+    }
+
+    #[test]
+    fn a_colliding_or_garbled_entry_is_skipped() {
+        let heap = table();
+        let w = heap.words();
+        // Entry 1 claimed with "sender"'s hash but another name's words.
+        let e = entry(w, 1);
+        e[0].store(state(CLAIMED, hash("sender")), Ordering::Relaxed);
+        e[1].store(pack_name("other")[0], Ordering::Relaxed);
+        // Entry 2 ready but its words do not hash to its state.
+        let e = entry(w, 2);
+        e[0].store(state(READY, hash("x")), Ordering::Relaxed);
+        e[1].store(pack_name("y")[0], Ordering::Relaxed);
+        // Entry 3 in the kind edgemark never writes.
+        entry(w, 3)[0].store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(register(w, "sender"), Ok(DomainId(4)));
+        assert_eq!(register(w, "x"), Ok(DomainId(5)));
+        let all = read_all(w);
+        assert_eq!(all[1..4], [None, None, None]);
+        assert_eq!(all[4].as_deref(), Some("sender"));
+    }
+}
