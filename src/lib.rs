@@ -56,6 +56,8 @@
 
 mod clock;
 mod domains;
+#[cfg(not(edgemark_loom))]
+mod fault;
 #[cfg(edgemark_loom)]
 #[doc(hidden)]
 pub use domains::LoomTable;

@@ -63,6 +63,11 @@ impl Storage {
 /// slice was formed (`docs/limitations.md` covers a file shrunk afterwards).
 #[cfg(not(edgemark_loom))]
 pub(crate) struct Mapped {
+    /// The mapping's registration with the `SIGBUS` handler (`fault.rs`);
+    /// declared before `map` so that it is dropped, and the range
+    /// unregistered, before the mapping is unmapped. `None` when the
+    /// handler's table was full: the mapping then works unguarded.
+    guard: Option<crate::fault::Guard>,
     map: memmap2::MmapRaw,
     /// Kept open for the lifetime of the mapping: its length is re-checked
     /// before sweeps, and a sealed region lives as long as it is open.
@@ -75,12 +80,16 @@ impl Mapped {
         let map = memmap2::MmapOptions::new()
             .len(len as usize)
             .map_raw(&file)?;
-        Ok(Mapped { map, file })
+        let guard = crate::fault::register(map.as_mut_ptr(), map.len(), true);
+        Ok(Mapped { guard, map, file })
     }
 
     /// Whether the file still covers the whole mapping. Touching mapped
     /// pages past the end of a shrunk file raises SIGBUS.
     fn check_len(&self) -> Result<(), AttachError> {
+        if self.faulted() {
+            return Err(AttachError::Shrunk);
+        }
         let actual = self
             .file
             .metadata()
@@ -91,6 +100,15 @@ impl Mapped {
             return Err(AttachError::Length { actual, expected });
         }
         Ok(())
+    }
+
+    /// Whether the file was found shrunk under the mapping by an access
+    /// that faulted (`fault.rs`); stays set once set.
+    #[inline]
+    fn faulted(&self) -> bool {
+        self.guard
+            .as_ref()
+            .is_some_and(crate::fault::Guard::faulted)
     }
 
     #[inline]
@@ -195,6 +213,10 @@ pub enum AttachError {
     BootMismatch,
     /// The region was created in another time namespace.
     TimeNamespaceMismatch,
+    /// The file was shrunk under this process's mapping after it was
+    /// attached (another process truncated it): what is left of the mapping
+    /// no longer shows the region, so sweeps and snapshots stop.
+    Shrunk,
 }
 
 impl fmt::Display for AttachError {
@@ -231,6 +253,9 @@ impl fmt::Display for AttachError {
             ),
             AttachError::TimeNamespaceMismatch => f.write_str(
                 "the region was created in another time namespace; its monotonic clock is not this one",
+            ),
+            AttachError::Shrunk => f.write_str(
+                "the region file was truncated under this process after it was attached; attach it again once it is whole",
             ),
         }
     }

@@ -14,6 +14,7 @@
 //! the region's schema (`ValueError`), an argument of the wrong type
 //! (`TypeError`, `OverflowError`, from PyO3's argument conversion).
 
+mod args;
 mod errors;
 mod outcome;
 mod region;

@@ -9,6 +9,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 
+use crate::args::{chunk_arg, path_arg, ChunkArg};
 use crate::errors::{attach_error, create_error};
 use crate::outcome::outcome_str;
 use crate::snapshot;
@@ -96,7 +97,7 @@ impl PyRegion {
         to_stage: u32,
         event: &Bound<'_, PyAny>,
         meaningful: bool,
-        chunk_seq: Option<u64>,
+        chunk_seq: Option<&Bound<'_, PyAny>>,
         segment: u32,
         elapsed_ms: Option<f64>,
         clock_domain: Option<&Bound<'_, PyString>>,
@@ -126,8 +127,12 @@ impl PyRegion {
         let mut mark = Mark::new(Edge::new(from_stage, to_stage), event)
             .segment(segment)
             .meaningful(meaningful);
-        if let Some(c) = chunk_seq {
-            mark = mark.chunk_seq(c);
+        match chunk_arg(chunk_seq)? {
+            ChunkArg::Absent => {}
+            ChunkArg::Seq(c) => mark = mark.chunk_seq(c),
+            ChunkArg::Negative => {
+                return Err(PyValueError::new_err("chunk_seq must be non-negative"))
+            }
         }
         Ok(match elapsed_ms {
             Some(ms) => self.rec.record_elapsed(
@@ -251,6 +256,7 @@ impl PyRegion {
         group_access: bool,
     ) -> PyResult<PyRegion> {
         let b = builder(edges, slots, segments, domains, group_access)?;
+        let path = path_arg(path)?;
         let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
         PyRegion::wrap(py, rec)
     }
@@ -295,6 +301,7 @@ impl PyRegion {
         let opts = AttachOptions::new()
             .allow_foreign_clock(allow_foreign_clock)
             .allow_foreign_owner(allow_foreign_owner);
+        let path = path_arg(path)?;
         let rec = py.detach(|| opts.attach(&path)).map_err(attach_error)?;
         PyRegion::wrap(py, rec)
     }
@@ -339,7 +346,7 @@ impl PyRegion {
         to_stage: u32,
         event: &Bound<'_, PyAny>,
         meaningful: bool,
-        chunk_seq: Option<u64>,
+        chunk_seq: Option<&Bound<'_, PyAny>>,
         segment: u32,
         elapsed_ms: Option<f64>,
         clock_domain: Option<&Bound<'_, PyString>>,
@@ -377,7 +384,7 @@ impl PyRegion {
         to_stage: u32,
         event: &Bound<'_, PyAny>,
         meaningful: bool,
-        chunk_seq: Option<u64>,
+        chunk_seq: Option<&Bound<'_, PyAny>>,
         segment: u32,
         elapsed_ms: Option<f64>,
         clock_domain: Option<&Bound<'_, PyString>>,

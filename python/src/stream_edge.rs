@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyString};
 
+use crate::args::{chunk_arg, ChunkArg};
 use crate::region::PyRegion;
 use crate::token::{token_arg, PyToken};
 
@@ -138,24 +139,10 @@ impl PyStreamEdgeRecorder {
             }
             _ => {}
         }
-        let chunk = match chunk_seq {
-            None => None,
-            Some(c) if c.is_none() => None,
-            Some(c) => match c.extract::<u64>() {
-                Ok(v) => Some(v),
-                Err(_) => {
-                    let c = c
-                        .cast::<PyInt>()
-                        .map_err(|_| PyTypeError::new_err("chunk_seq is an int or None"))?;
-                    if c.lt(0)? {
-                        return t.refuse(|| "Chunk sequence must be non-negative".into());
-                    }
-                    // Beyond 64 bits: beyond the cell's range too, which
-                    // the core answers (out_of_range for the event that
-                    // keeps it, ignored by the others).
-                    Some(u64::MAX)
-                }
-            },
+        let chunk = match chunk_arg(chunk_seq)? {
+            ChunkArg::Absent => None,
+            ChunkArg::Seq(c) => Some(c),
+            ChunkArg::Negative => return t.refuse(|| "Chunk sequence must be non-negative".into()),
         };
         let mut mark = Mark::new(t.edge, event).segment(t.segment);
         if let Some(c) = chunk {

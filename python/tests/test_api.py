@@ -496,3 +496,34 @@ def test_default_dir_and_version():
     assert os.path.isdir(edgemark.default_dir())
     assert edgemark.__version__.count(".") == 2
     assert edgemark.MAX_ELAPSED_MS > 3600_000.0
+
+
+# ---------------------------------------------------------------------------
+# Arguments at the edges of their types.
+
+
+@pytest.mark.parametrize("chunk", [edgemark.MAX_CHUNK_SEQ + 1, 2**64, 2**200])
+def test_chunk_seq_beyond_64_bits_is_out_of_range_not_overflow(region, chunk):
+    t = region.begin()
+    emit = E.PRODUCER_FIRST_NONEMPTY_EMIT
+    assert region.record_outcome(t, 0, 1, emit, chunk_seq=chunk) == "out_of_range"
+    assert region.record(t, 0, 1, emit, chunk_seq=chunk) is False
+    assert region.snapshot(t) == {}
+    # The events that keep no chunk ignore it, as they ignore any chunk_seq.
+    assert region.record_outcome(t, 0, 1, E.EDGE_FIRST_SEND_COMPLETE, chunk_seq=chunk) == "recorded"
+
+
+def test_negative_chunk_seq_is_a_value_error(region):
+    t = region.begin()
+    with pytest.raises(ValueError, match="non-negative"):
+        region.record(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, chunk_seq=-1)
+    assert region.snapshot(t) == {}
+
+
+def test_a_path_with_a_nul_byte_is_a_value_error(tmp_path):
+    bad = str(tmp_path / "a\0b.region")
+    with pytest.raises(ValueError, match="NUL"):
+        Region.create(bad)
+    with pytest.raises(ValueError, match="NUL"):
+        Region.attach(bad)
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,330 @@
+//! Surviving a region file that another process shrinks.
+//!
+//! A process that can write a region file can also `ftruncate` it. Every
+//! other process that has the file mapped then takes `SIGBUS` on its next
+//! access to a page past the new end of file, and the default action of
+//! `SIGBUS` kills it: a hostile or broken writer could kill the orchestrator,
+//! every stage worker and every monitor with one system call.
+//!
+//! edgemark therefore installs, once per process and only when it maps a
+//! region file, a `SIGBUS` handler that knows the address ranges of
+//! edgemark's own mappings (a fixed table of [`RANGES`] entries, registered
+//! by [`Guard`] and read by the handler with atomic loads only). For a fault
+//! inside one of them, the handler maps a private anonymous zero page over
+//! the faulting page with `MAP_FIXED` and returns: the faulting access is
+//! retried and succeeds on that page, a record lands nowhere (a lost record,
+//! never a dead process), a read sees zeros, and the range is marked
+//! *faulted* so that sweeps and snapshots report an error instead of
+//! returning a result assembled from zeros. A fault anywhere else is passed
+//! on to the handler that was installed before ([`PREVIOUS`]), or, if there
+//! was none, the default action is restored and the faulting access is
+//! retried, which ends the process exactly as it would have ended without
+//! edgemark.
+//!
+//! `docs/design.md` ("A file shrunk under a mapping") argues for this design
+//! over copying the region with `pread`; `docs/limitations.md` lists what
+//! remains (a handler installed later that does not chain to ours).
+
+// The handler's table is this process's own state, read inside a signal
+// handler; it is never in a region and never modelled by loom (the module is
+// not built under it), so it uses core's atomics, not the `sync` facade.
+#![allow(clippy::disallowed_types)]
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Once;
+
+/// How many mappings one process can have guarded at once. A mapping beyond
+/// that still works; it is only unguarded (see [`register`]).
+const RANGES: usize = 256;
+
+/// One guarded mapping: `[start, start + len)`, or free while `start` is 0.
+struct Range {
+    /// The first byte of the mapping; 0 while the entry is free. Claimed by
+    /// a CAS from 0 in [`register`], cleared last in [`Guard::drop`].
+    start: AtomicUsize,
+    /// The mapping's length; 0 while the entry is being claimed or freed, so
+    /// that the handler never matches a half-written entry.
+    len: AtomicUsize,
+    /// Whether the mapping is writable (the replacement page gets the same
+    /// protection, so a read-only mapping stays read-only).
+    writable: AtomicBool,
+    /// Set by the handler when it replaced a page of this mapping.
+    faulted: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const FREE: Range = Range {
+    start: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    writable: AtomicBool::new(false),
+    faulted: AtomicBool::new(false),
+};
+
+static TABLE: [Range; RANGES] = [FREE; RANGES];
+
+/// The `sigaction` that was in place before ours, written once before ours
+/// is installed (the release of [`INSTALL`]'s `Once` and the `sigaction`
+/// system call order it before any delivery to our handler).
+static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+
+static INSTALL: Once = Once::new();
+
+/// A registration of one mapping with the `SIGBUS` handler; dropping it
+/// unregisters the mapping, which must happen before the mapping is unmapped.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    index: usize,
+}
+
+/// Registers `[ptr, ptr + len)` (a whole mapping, page-aligned) so that a
+/// `SIGBUS` inside it replaces the page instead of killing the process.
+/// Installs the handler on first use. Returns `None` when the table is full
+/// or the handler could not be installed: the mapping then works as before,
+/// unguarded.
+pub(crate) fn register(ptr: *mut u8, len: usize, writable: bool) -> Option<Guard> {
+    let start = ptr as usize;
+    if start == 0 || len == 0 || !install() {
+        return None;
+    }
+    for (index, r) in TABLE.iter().enumerate() {
+        // Acquire on success: orders the claim before our writes of the
+        // other fields; pairs with the Release store of 0 in `Guard::drop`,
+        // so the previous user's writes are done. Relaxed on failure: the
+        // entry is taken and we only move on.
+        if r.start
+            .compare_exchange(0, start, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            r.writable.store(writable, Ordering::Relaxed);
+            r.faulted.store(false, Ordering::Relaxed);
+            // Release: publishes `start`, `writable` and `faulted` before
+            // the length that makes the entry match; pairs with the Acquire
+            // load of `len` in the handler.
+            r.len.store(len, Ordering::Release);
+            return Some(Guard { index });
+        }
+    }
+    None
+}
+
+impl Guard {
+    /// Whether a page of this mapping was replaced because its file had
+    /// shrunk under it. Once set, it stays set for the mapping's lifetime.
+    #[inline]
+    pub(crate) fn faulted(&self) -> bool {
+        // Relaxed: a flag read on its own. When the fault happened in this
+        // thread, program order makes it visible; a fault in another thread
+        // is seen at the latest by the next check.
+        TABLE[self.index].faulted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let r = &TABLE[self.index];
+        // Relaxed: the mapping is still in place, and this thread is the
+        // only one that can unmap it; a handler that still matches the entry
+        // after this store replaces a page of a live mapping, which is what
+        // it would have done anyway.
+        r.len.store(0, Ordering::Relaxed);
+        // Release: frees the entry after the length is 0; pairs with the
+        // Acquire CAS in `register`.
+        r.start.store(0, Ordering::Release);
+    }
+}
+
+/// Installs the handler once; whether it is in place.
+fn install() -> bool {
+    static OK: AtomicBool = AtomicBool::new(false);
+    INSTALL.call_once(|| {
+        // SAFETY: `sigaction` is plain old data; all-zero is a valid value
+        // that the system call overwrites.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+        new.sa_sigaction = on_sigbus as *const () as usize;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        // SAFETY: `sa_mask` is a valid, owned signal set.
+        unsafe { libc::sigemptyset(&mut new.sa_mask) };
+        // Read the previous action first and keep it where the handler can
+        // find it before the handler can run.
+        // SAFETY: a null `act` only reads the current action into `old`.
+        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) } != 0 {
+            return;
+        }
+        PREVIOUS.store(Box::into_raw(Box::new(old)), Ordering::Release);
+        // SAFETY: `new` is a fully initialised action whose handler is an
+        // `extern "C"` function with the SA_SIGINFO signature.
+        if unsafe { libc::sigaction(libc::SIGBUS, &new, std::ptr::null_mut()) } == 0 {
+            // Relaxed: `Once` orders this store before `call_once` returns
+            // in every thread.
+            OK.store(true, Ordering::Relaxed);
+        }
+    });
+    // Relaxed: read after `call_once`, which synchronises with the closure.
+    OK.load(Ordering::Relaxed)
+}
+
+/// The `SIGBUS` handler. Async-signal-safe: atomic loads, `sysconf` and
+/// `mmap` (a system call; not on POSIX's list, but on Linux a direct call
+/// with no lock) and `sigaction`, nothing that allocates or locks.
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO
+    // handler; `si_addr` is the faulting address for a fault it raised.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: as above; `si_code` is always valid.
+    let from_kernel = unsafe { (*info).si_code } > 0;
+    if from_kernel {
+        for r in TABLE.iter() {
+            // Acquire: pairs with the Release store of `len` in `register`,
+            // so `start` and `writable` are those of this registration.
+            let len = r.len.load(Ordering::Acquire);
+            if len == 0 {
+                continue;
+            }
+            let start = r.start.load(Ordering::Relaxed);
+            if addr < start || addr - start >= len {
+                continue;
+            }
+            // SAFETY: `sysconf` is async-signal-safe.
+            let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+                p if p > 0 => p as usize,
+                _ => 4096,
+            };
+            let at = addr & !(page - 1);
+            let prot = if r.writable.load(Ordering::Relaxed) {
+                libc::PROT_READ | libc::PROT_WRITE
+            } else {
+                libc::PROT_READ
+            };
+            // SAFETY: `at` is the page-aligned start of a page inside a
+            // mapping edgemark made and still holds (the entry is
+            // registered for exactly its lifetime), so replacing it touches
+            // no memory of anyone else; the mapping's owner unmaps the whole
+            // range, this page included, when it drops it.
+            let p = unsafe {
+                libc::mmap(
+                    at as *mut libc::c_void,
+                    page,
+                    prot,
+                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                // Relaxed: see `Guard::faulted`.
+                r.faulted.store(true, Ordering::Relaxed);
+                return;
+            }
+            break;
+        }
+    }
+    chain(sig, info, ctx);
+}
+
+/// Passes a fault that is not ours to the handler installed before ours, or
+/// restores the default action, so that the process ends as it would have
+/// without edgemark.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // Acquire: pairs with the Release store in `install`.
+    let prev = PREVIOUS.load(Ordering::Acquire);
+    // SAFETY: `prev` is null or the leaked box written once in `install`,
+    // never freed.
+    let prev = unsafe { prev.as_ref() };
+    let action = prev.map_or(libc::SIG_DFL, |a| a.sa_sigaction);
+    let siginfo = prev.is_some_and(|a| a.sa_flags & libc::SA_SIGINFO != 0);
+    if action == libc::SIG_DFL || action == libc::SIG_IGN {
+        // SAFETY: an all-zero `sigaction` with `SIG_DFL` (0) is the default
+        // action; `sigaction` is async-signal-safe. The faulting access is
+        // retried on return and now takes the default action; a signal sent
+        // by `kill` is raised again under it.
+        unsafe {
+            let dfl: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            if (*info).si_code <= 0 {
+                libc::raise(sig);
+            }
+        }
+    } else if siginfo {
+        // SAFETY: the previous handler was installed with SA_SIGINFO, so it
+        // has this signature; we pass it what the kernel passed us.
+        let f = unsafe {
+            std::mem::transmute::<
+                libc::sighandler_t,
+                extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void),
+            >(action)
+        };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: a previous handler without SA_SIGINFO takes the signal
+        // number only.
+        let f = unsafe {
+            std::mem::transmute::<libc::sighandler_t, extern "C" fn(libc::c_int)>(action)
+        };
+        f(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file shrunk under a guarded mapping: reads past the new end see
+    /// zeros, writes land nowhere, and the guard reports the fault.
+    #[test]
+    fn a_shrunk_file_costs_a_page_not_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&[7u8; 65536]).unwrap();
+        let map = memmap2::MmapOptions::new().len(65536).map_raw(&f).unwrap();
+        let guard = register(map.as_mut_ptr(), map.len(), true).expect("a free entry");
+        assert!(!guard.faulted());
+        f.set_len(4096).unwrap();
+        let p = map.as_mut_ptr();
+        // SAFETY: `p + 8192` lies inside the mapping; the file no longer
+        // covers it, which is what the guard is for.
+        let (before, after) = unsafe {
+            let q = p.add(8192).cast::<u64>();
+            let before = std::ptr::read_volatile(q);
+            std::ptr::write_volatile(q, 42);
+            (before, std::ptr::read_volatile(q))
+        };
+        assert_eq!(before, 0, "a replaced page reads as zeros");
+        assert_eq!(after, 42, "and takes writes, which reach no file");
+        assert!(guard.faulted());
+        // The part the file still covers is still the file.
+        // SAFETY: inside the mapping and the file.
+        assert_eq!(unsafe { std::ptr::read_volatile(p) }, 7);
+        drop(guard);
+        drop(map);
+    }
+
+    #[test]
+    fn guards_free_their_entries() {
+        let mut v = vec![0u8; 8192];
+        let p = v.as_mut_ptr();
+        for _ in 0..RANGES * 2 {
+            let g = register(p, 8192, true).expect("entries are reused after drop");
+            drop(g);
+        }
+        // Other tests of this binary may hold a few entries meanwhile.
+        let held: Vec<Guard> = (0..RANGES)
+            .filter_map(|_| register(p, 8192, true))
+            .collect();
+        assert!(held.len() > RANGES / 2);
+        assert!(
+            register(p, 8192, true).is_none(),
+            "a full table guards nothing"
+        );
+        drop(held);
+        assert!(register(p, 8192, true).is_some());
+    }
+}
