@@ -4,102 +4,20 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::clock;
 use crate::domains::{Catalog, RegisterError};
-use crate::layout::{Layout, H_CLOSED, H_COUNTERS, H_DROPPED, H_FLAGS, H_RECLAIMED};
+use crate::layout::{Layout, H_FLAGS};
+use crate::mark::{Edge, Mark};
 use crate::outcome::Outcome;
-use crate::protocol::{Proto, RawSnapshot, Reclaimed};
+use crate::process;
+use crate::protocol::{Closed, Proto, RawSnapshot, Reclaimed, Request};
 use crate::region::{self, AttachError, AttachOptions, CreateError, Header, Storage};
+use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
 use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{RequestState, Snapshot};
-use crate::stats::Histogram;
 use crate::sync::Ordering;
 use crate::token::Token;
 use crate::word;
-use crate::{clock, ClockIdentity};
-
-/// A directed stage edge, `from -> to`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Edge {
-    /// The producing stage.
-    pub from: u32,
-    /// The consuming stage.
-    pub to: u32,
-}
-
-impl Edge {
-    /// The edge `from -> to`.
-    pub const fn new(from: u32, to: u32) -> Edge {
-        Edge { from, to }
-    }
-}
-
-impl From<(u32, u32)> for Edge {
-    fn from((from, to): (u32, u32)) -> Edge {
-        Edge { from, to }
-    }
-}
-
-impl fmt::Display for Edge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}->{}", self.from, self.to)
-    }
-}
-
-/// What one record call observed: the edge, segment and event, whether the
-/// payload was meaningful and, for the producer event, its chunk sequence.
-///
-/// ```
-/// use edgemark::{Edge, Event, Mark};
-/// let m = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit)
-///     .segment(0)
-///     .chunk_seq(3);
-/// assert!(m.is_meaningful());
-/// let heartbeat = m.meaningful(false); // recorded as nothing
-/// assert!(!heartbeat.is_meaningful());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mark {
-    edge: Edge,
-    segment: u32,
-    event: EventId,
-    meaningful: bool,
-    chunk_seq: Option<u64>,
-}
-
-impl Mark {
-    /// A meaningful observation of `event` on segment 0 of `edge`, without a
-    /// chunk sequence.
-    pub fn new(edge: impl Into<Edge>, event: impl Into<EventId>) -> Mark {
-        Mark {
-            edge: edge.into(),
-            segment: 0,
-            event: event.into(),
-            meaningful: true,
-            chunk_seq: None,
-        }
-    }
-    /// On segment `segment` instead of 0.
-    pub fn segment(mut self, segment: u32) -> Mark {
-        self.segment = segment;
-        self
-    }
-    /// Whether the payload counts: heartbeats, retries, metadata-only and
-    /// empty terminal payloads do not, and leave no state.
-    pub fn meaningful(mut self, meaningful: bool) -> Mark {
-        self.meaningful = meaningful;
-        self
-    }
-    /// The payload's chunk sequence number, kept by events that keep one
-    /// (the producer event) and ignored by the others.
-    pub fn chunk_seq(mut self, seq: u64) -> Mark {
-        self.chunk_seq = Some(seq);
-        self
-    }
-    /// Whether the payload counts.
-    pub fn is_meaningful(&self) -> bool {
-        self.meaningful
-    }
-}
 
 /// Builds a new region: its edges, slots, kept segments and schema.
 ///
@@ -240,9 +158,26 @@ impl RegionBuilder {
     }
 }
 
+/// The request a token names in its region.
+fn request(token: Token) -> Request {
+    Request {
+        slot: token.slot,
+        gen: token.gen,
+    }
+}
+
+/// The token of a request of `inner`'s region.
+fn token(inner: &Inner, req: Request) -> Token {
+    Token {
+        region: inner.region_id,
+        slot: req.slot,
+        gen: req.gen,
+    }
+}
+
 /// The calling thread as a lock holder (its thread id).
 fn holder() -> u32 {
-    clock::thread_id()
+    process::thread_id()
 }
 
 struct Inner {
@@ -297,89 +232,6 @@ impl fmt::Debug for Recorder {
     }
 }
 
-/// The geometry and identity of a region, as its header declares them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegionInfo {
-    /// The region's random ID (tokens carry it).
-    pub region_id: u64,
-    /// Request slots.
-    pub slots: u32,
-    /// Segments kept per edge of a request.
-    pub segments: u32,
-    /// Bytes per slot.
-    pub slot_stride: u64,
-    /// Where slot 0 begins, in bytes (after the header and the histograms).
-    pub slots_offset: u64,
-    /// Bytes in all.
-    pub bytes: u64,
-    /// The clock the region's `host_monotonic` domain is.
-    pub clock: ClockIdentity,
-    /// Whether this process shares that clock.
-    pub shares_clock: bool,
-    /// Creation time, nanoseconds since the Unix epoch.
-    pub created_unix_ns: u64,
-    /// The creating process.
-    pub creator_pid: u64,
-    /// Whether the file's group may use it.
-    pub group_access: bool,
-}
-
-/// The identity of a process that began a request: its pid and its start
-/// time, which tells a reused pid from the original.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Owner {
-    /// The process ID.
-    pub pid: u64,
-    /// The process's start time in clock ticks since boot (field 22 of
-    /// `/proc/<pid>/stat`).
-    pub start_ticks: u64,
-}
-
-/// What [`Recorder::reclaim_dead_owners`] freed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReclaimReport {
-    /// Open requests whose owner process is gone.
-    pub dead_owners: u32,
-    /// Slots left locked by a process that died inside begin, start segment
-    /// or close.
-    pub dead_holders: u32,
-}
-
-impl ReclaimReport {
-    /// Slots freed in all.
-    pub fn freed(&self) -> u32 {
-        self.dead_owners + self.dead_holders
-    }
-}
-
-/// The region's counters: refused records by reason, dropped segments,
-/// closed and reclaimed requests.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Count of each counted refusal, in [`Outcome::COUNTED`] order.
-    pub refused: Vec<(Outcome, u64)>,
-    /// Segments that left a request's window of kept segments.
-    pub dropped_segments: u64,
-    /// Requests closed, each counted once by the close that ended it.
-    pub closed_requests: u64,
-    /// Requests freed by a reclaim (their values are not in the histograms).
-    pub reclaimed_requests: u64,
-}
-
-/// One histogram of a region's closed requests: an edge, and an event or a
-/// delta between two consecutive events.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EdgeHistogram {
-    /// The edge.
-    pub edge: Edge,
-    /// The event's name, or for a delta `"<from event>__to__<to event>"`.
-    pub metric: String,
-    /// For a delta, the two events it spans.
-    pub delta: Option<(String, String)>,
-    /// The counts.
-    pub histogram: Histogram,
-}
-
 impl Recorder {
     /// A builder for a new region.
     pub fn builder() -> RegionBuilder {
@@ -428,7 +280,7 @@ impl Recorder {
         opts: &AttachOptions,
     ) -> Result<Recorder, AttachError> {
         let shared_clock = opts.check(&header)?;
-        if header.pid_namespace != clock::pid_namespace() {
+        if header.pid_namespace != process::pid_namespace() {
             // Pids in this region now mean different processes to different
             // attachers: tell everyone to stop judging them.
             // Relaxed: a sticky flag; its readers only ever become more
@@ -445,14 +297,14 @@ impl Recorder {
         // Relaxed: see `from_parts`.
         let flags = inner.storage.words()[H_FLAGS].load(Ordering::Relaxed);
         flags & region::FLAG_MIXED_PID_NS == 0
-            && inner.header.pid_namespace == clock::pid_namespace()
+            && inner.header.pid_namespace == process::pid_namespace()
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless
     /// pids can be trusted and the thread is gone.
     fn holder_alive(inner: &Inner) -> impl Fn(u32) -> bool {
         let trust = Recorder::trusts_pids(inner);
-        move |tid| !trust || clock::pid_alive(tid)
+        move |tid| !trust || process::pid_alive(tid)
     }
 
     /// Whether this recorder records (it is not [`Recorder::disabled`]).
@@ -478,15 +330,13 @@ impl Recorder {
     pub fn begin(&self) -> Result<Token, Outcome> {
         let inner = self.inner.as_deref().ok_or(Outcome::Disabled)?;
         let p = Recorder::proto(inner);
-        let (pid, start) = clock::owner_identity();
+        let mut owner = process::owner_identity();
         // A start time is only comparable in the region's time namespace.
-        let start = if inner.shared_clock { start } else { 0 };
-        match p.begin(clock::monotonic_ns(), (pid, start), holder()) {
-            Some((slot, gen)) => Ok(Token {
-                region: inner.region_id,
-                slot,
-                gen,
-            }),
+        if !inner.shared_clock {
+            owner.start_ticks = 0;
+        }
+        match p.begin(clock::monotonic_ns(), owner, holder()) {
+            Some(req) => Ok(token(inner, req)),
             None => Err(p.count(Outcome::RegionFull)),
         }
     }
@@ -556,8 +406,7 @@ impl Recorder {
             Err(why) => return p.count(why),
         };
         p.record(
-            token.slot,
-            token.gen,
+            request(token),
             edge,
             mark.segment,
             mark.event.0 as usize,
@@ -636,8 +485,7 @@ impl Recorder {
         };
         let value = word::value(domain.0, chunk, us as u64);
         p.record(
-            token.slot,
-            token.gen,
+            request(token),
             edge,
             mark.segment,
             mark.event.0 as usize,
@@ -712,7 +560,7 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return p.count(why),
         };
-        p.start_segment(token.slot, token.gen, edge, segment, holder())
+        p.start_segment(request(token), edge, segment, holder())
     }
 
     /// Closes the request and returns its final snapshot.
@@ -731,13 +579,8 @@ impl Recorder {
             return Snapshot::gone();
         };
         let p = Recorder::proto(inner);
-        match p.close(
-            token.slot,
-            token.gen,
-            holder(),
-            &Recorder::holder_alive(inner),
-        ) {
-            Ok((mut raw, freed)) => {
+        match p.close(request(token), holder(), &Recorder::holder_alive(inner)) {
+            Ok(Closed { mut raw, freed }) => {
                 crate::snapshot::sanitize(&mut raw, &inner.names, inner.storage.words());
                 if freed {
                     // Only the close that freed the slot counts the request,
@@ -757,7 +600,7 @@ impl Recorder {
         let Some(inner) = self.valid(token) else {
             return Snapshot::gone();
         };
-        match Recorder::proto(inner).snapshot(token.slot, token.gen) {
+        match Recorder::proto(inner).snapshot(request(token)) {
             Some(raw) => Recorder::detach(inner, raw, RequestState::Open),
             None => Snapshot::gone(),
         }
@@ -797,11 +640,7 @@ impl Recorder {
         }
         Recorder::proto(inner)
             .open_slots()
-            .map(|(slot, gen)| Token {
-                region: inner.region_id,
-                slot,
-                gen,
-            })
+            .map(|req| token(inner, req))
             .collect()
     }
 
@@ -838,14 +677,12 @@ impl Recorder {
             return;
         }
         let p = Recorder::proto(inner);
-        for (slot, gen) in p.open_slots() {
-            if let Some(raw) = p.snapshot(slot, gen) {
-                let token = Token {
-                    region: inner.region_id,
-                    slot,
-                    gen,
-                };
-                f(token, Recorder::detach(inner, raw, RequestState::Open));
+        for req in p.open_slots() {
+            if let Some(raw) = p.snapshot(req) {
+                f(
+                    token(inner, req),
+                    Recorder::detach(inner, raw, RequestState::Open),
+                );
             }
         }
     }
@@ -854,8 +691,7 @@ impl Recorder {
     /// `token`'s slot.
     pub fn owner(&self, token: Token) -> Option<Owner> {
         let inner = self.valid(token)?;
-        let (pid, start_ticks) = Recorder::proto(inner).owner(token.slot);
-        Some(Owner { pid, start_ticks })
+        Some(Recorder::proto(inner).owner(token.slot))
     }
 
     /// The region's schema; `None` when disabled.
@@ -921,9 +757,9 @@ impl Recorder {
         self.reclaim_where(
             |owner| {
                 let start = if compare_start { owner.start_ticks } else { 0 };
-                !clock::owner_alive(owner.pid, start)
+                !process::owner_alive(owner.pid, start)
             },
-            |tid| !clock::pid_alive(tid),
+            |tid| !process::pid_alive(tid),
         )
     }
 
@@ -945,7 +781,7 @@ impl Recorder {
         }
         let p = Recorder::proto(inner);
         let me = holder();
-        let owner_alive = |pid, start_ticks| !owner_dead(Owner { pid, start_ticks });
+        let owner_alive = |owner| !owner_dead(owner);
         let holder_alive = |pid| !holder_dead(pid);
         for slot in 0..inner.layout.slots {
             match p.reclaim(slot, me, owner_alive, holder_alive) {
@@ -959,21 +795,9 @@ impl Recorder {
 
     /// The region's counters of refused records and dropped segments.
     pub fn counters(&self) -> Counters {
-        let Some(inner) = self.inner.as_deref() else {
-            return Counters::default();
-        };
-        let w = inner.storage.words();
-        // Relaxed: statistics.
-        Counters {
-            refused: Outcome::COUNTED
-                .iter()
-                .enumerate()
-                .map(|(i, o)| (*o, w[H_COUNTERS + i].load(Ordering::Relaxed)))
-                .collect(),
-            dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
-            closed_requests: w[H_CLOSED].load(Ordering::Relaxed),
-            reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
-        }
+        self.inner
+            .as_deref()
+            .map_or_else(Counters::default, |i| report::counters(i.storage.words()))
     }
 
     /// The histograms of every closed request's values and deltas, per edge:
@@ -988,27 +812,11 @@ impl Recorder {
         if inner.storage.check_len().is_err() {
             return Vec::new();
         }
-        let w = inner.storage.words();
-        let l = &inner.layout;
-        let names: Vec<&str> = inner.schema.events().iter().map(|e| e.name()).collect();
-        let n = names.len();
-        let mut out = Vec::with_capacity(inner.edges.len() * l.hists_per_edge());
-        for (e, edge) in inner.edges.iter().enumerate() {
-            for m in 0..l.hists_per_edge() {
-                let (metric, delta) = if m < n {
-                    (names[m].to_owned(), None)
-                } else {
-                    let (a, b) = (names[m - n], names[m - n + 1]);
-                    (format!("{a}__to__{b}"), Some((a.to_owned(), b.to_owned())))
-                };
-                out.push(EdgeHistogram {
-                    edge: *edge,
-                    metric,
-                    delta,
-                    histogram: crate::stats::read(w, l, e, m),
-                });
-            }
-        }
-        out
+        report::histograms(
+            inner.storage.words(),
+            &inner.layout,
+            &inner.schema,
+            &inner.edges,
+        )
     }
 }

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::clock::ClockIdentity;
 use crate::layout::*;
+use crate::mark::Edge;
 use crate::schema::{Schema, SchemaError, MAX_DOMAINS, MAX_EVENTS};
 use crate::sync::{AtomicU64, Ordering};
-use crate::Edge;
 
 /// Where a region's words live.
 pub(crate) enum Storage {
@@ -471,7 +471,7 @@ pub(crate) fn new_header(
         created_unix_ns: crate::clock::unix_ns(),
         creator_pid: u64::from(std::process::id()),
         group_access,
-        pid_namespace: crate::clock::pid_namespace(),
+        pid_namespace: crate::process::pid_namespace(),
     })
 }
 
