@@ -79,8 +79,8 @@ pub use clock::{monotonic_ns, ClockIdentity};
 pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
-pub use recorder::{Recorder, RegionBuilder};
-pub use region::{AttachError, AttachOptions, CreateError};
+pub use recorder::{AttachOptions, Recorder, RegionBuilder};
+pub use region::{AttachError, CreateError};
 pub use report::{Counters, EdgeHistogram, Histogram, Owner, ReclaimReport, RegionInfo};
 pub use schema::{
     DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,

@@ -1,0 +1,317 @@
+//! The storage of a region's words: creating a region file or a sealed
+//! memory file, opening and mapping one, or a private copy on the heap.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::error::{AttachError, CreateError};
+use super::header::{read_header, write_header, Header};
+use crate::layout::{HEADER_BYTES, MAX_REGION_BYTES};
+use crate::sync::{AtomicU64, HeapWords, Ordering};
+
+/// A validated region: its words and what its header says.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) storage: Storage,
+    pub(crate) header: Header,
+}
+
+/// A region in a sealed memory file.
+#[cfg(not(edgemark_loom))]
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    pub(crate) storage: Storage,
+    /// The `/proc/<pid>/fd/<fd>` path other processes attach through.
+    pub(crate) path: PathBuf,
+}
+
+/// Whose region files may be opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileOwner {
+    /// Only files this user owns.
+    Me,
+    /// Files of any user (that this one may open).
+    Anyone,
+}
+
+/// Where a region's words live.
+pub(crate) enum Storage {
+    /// An in-memory region, private to this process.
+    Heap(HeapWords),
+    /// A shared mapping of a region file.
+    #[cfg(not(edgemark_loom))]
+    Mapped(Mapped),
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Storage::Heap(w) => write!(f, "Heap({} words)", w.words().len()),
+            #[cfg(not(edgemark_loom))]
+            Storage::Mapped(m) => write!(f, "Mapped({} bytes)", m.map.len()),
+        }
+    }
+}
+
+impl Storage {
+    /// For a mapped region, whether its file still has its full length.
+    pub(crate) fn check_len(&self) -> Result<(), AttachError> {
+        match self {
+            Storage::Heap(_) => Ok(()),
+            #[cfg(not(edgemark_loom))]
+            Storage::Mapped(m) => m.check_len(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        match self {
+            Storage::Heap(w) => w.words(),
+            #[cfg(not(edgemark_loom))]
+            Storage::Mapped(m) => m.words(),
+        }
+    }
+}
+
+/// A shared, writable mapping of a region file.
+///
+/// # Safety
+///
+/// Other processes write the mapped memory at any time. This type therefore
+/// never hands out references to plain data in it, only a slice of
+/// `AtomicU64`, which permits shared mutation; every access edgemark makes is
+/// atomic. The file's length was checked against the geometry before the
+/// slice was formed (`docs/limitations.md` covers a file shrunk afterwards).
+#[cfg(not(edgemark_loom))]
+pub(crate) struct Mapped {
+    map: memmap2::MmapRaw,
+    /// Kept open for the lifetime of the mapping: its length is re-checked
+    /// before sweeps, and a sealed region lives as long as it is open.
+    file: std::fs::File,
+}
+
+#[cfg(not(edgemark_loom))]
+impl Mapped {
+    fn new(file: std::fs::File, len: u64) -> std::io::Result<Mapped> {
+        let map = memmap2::MmapOptions::new()
+            .len(len as usize)
+            .map_raw(&file)?;
+        Ok(Mapped { map, file })
+    }
+
+    /// Whether the file still covers the whole mapping. Touching mapped
+    /// pages past the end of a shrunk file raises SIGBUS.
+    fn check_len(&self) -> Result<(), AttachError> {
+        let actual = self
+            .file
+            .metadata()
+            .map_err(|e| AttachError::Io(PathBuf::from("(mapped region)"), e))?
+            .len();
+        let expected = self.map.len() as u64;
+        if actual < expected {
+            return Err(AttachError::Length { actual, expected });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn words(&self) -> &[AtomicU64] {
+        let ptr = self.map.as_mut_ptr();
+        debug_assert_eq!(ptr as usize % std::mem::align_of::<AtomicU64>(), 0);
+        // SAFETY:
+        // 1. The mapping is page-aligned, so `ptr` is aligned for AtomicU64,
+        //    and its length is a multiple of 8 (it is `4096 + slots * stride`
+        //    with a stride of whole words), so the slice covers mapped bytes
+        //    only.
+        // 2. The mapping lives as long as `self`, which the slice borrows.
+        // 3. AtomicU64 has the size and alignment of u64 and only interior,
+        //    atomic mutation, so other processes writing the same memory
+        //    through atomics is not a data race.
+        unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), self.map.len() / 8) }
+    }
+}
+
+/// Creates the region file exclusively and maps it.
+#[cfg(not(edgemark_loom))]
+pub(crate) fn create_file(path: &Path, header: &Header) -> Result<Storage, CreateError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            CreateError::Exists(path.to_owned())
+        } else {
+            CreateError::Io(path.to_owned(), e)
+        }
+    };
+    let mode = if header.group_access { 0o660 } else { 0o600 };
+    // create_new is O_CREAT | O_EXCL: it never opens an existing file and
+    // never follows a symlink (even a dangling one). O_NOFOLLOW says so twice.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io)?;
+    // The umask may have cleared the group bits we were asked for.
+    if header.group_access {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io)?;
+    }
+    let len = header.layout.bytes();
+    let mapped = file
+        .set_len(len)
+        .and_then(|()| Mapped::new(file, len))
+        .map_err(io)?;
+    write_header(mapped.words(), header);
+    Ok(Storage::Mapped(mapped))
+}
+
+/// Creates the region in a sealed memory file (`memfd_create` with
+/// `F_SEAL_SHRINK | F_SEAL_GROW`): nobody can change its length, so no
+/// process can make another's accesses fault. Other processes attach through
+/// `/proc/<pid>/fd/<fd>` while this process keeps it open.
+#[cfg(not(edgemark_loom))]
+pub(crate) fn create_sealed(header: &Header) -> Result<Sealed, CreateError> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let path = PathBuf::from("(memfd)");
+    let io = |e: std::io::Error| CreateError::Io(path.clone(), e);
+    let name = c"edgemark-region";
+    // SAFETY: `name` is a NUL-terminated string; the flags are valid.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nothing
+    // else; the File takes ownership and closes it.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let len = header.layout.bytes();
+    file.set_len(len).map_err(io)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a valid fd we own, with a valid command and argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    let attach_path = PathBuf::from(format!(
+        "/proc/{}/fd/{}",
+        std::process::id(),
+        file.as_raw_fd()
+    ));
+    let mapped = Mapped::new(file, len).map_err(io)?;
+    write_header(mapped.words(), header);
+    Ok(Sealed {
+        storage: Storage::Mapped(mapped),
+        path: attach_path,
+    })
+}
+
+/// Creates a region on the heap, private to this process.
+pub(crate) fn create_in_memory(header: &Header) -> Storage {
+    let heap = HeapWords::zeroed(header.layout.total_words);
+    write_header(heap.words(), header);
+    Storage::Heap(heap)
+}
+
+/// A private, in-memory copy of a region's bytes, validated exactly as
+/// [`open_file`] validates a file.
+pub(crate) fn open_copy(bytes: &[u8]) -> Result<Opened, AttachError> {
+    let len = bytes.len() as u64;
+    if len == 0 {
+        return Err(AttachError::NotInitialised);
+    }
+    if len > MAX_REGION_BYTES || len % 8 != 0 {
+        return Err(AttachError::Length {
+            actual: len,
+            expected: len.next_multiple_of(8).min(MAX_REGION_BYTES),
+        });
+    }
+    let heap = HeapWords::zeroed(bytes.len() / 8);
+    let words = heap.words();
+    for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
+        // Relaxed: the copy is private until it is returned.
+        w.store(
+            u64::from_le_bytes(b.try_into().expect("8 bytes")),
+            Ordering::Relaxed,
+        );
+    }
+    let header = read_header(words, len)?;
+    Ok(Opened {
+        storage: Storage::Heap(heap),
+        header,
+    })
+}
+
+/// Whether `path` is exactly `/proc/<pid>/fd/<n>` or `/proc/self/fd/<n>`.
+fn is_proc_fd(path: &Path) -> bool {
+    use std::path::Component;
+    let c: Vec<Component<'_>> = path.components().collect();
+    let digits = |c: &Component<'_>| matches!(c, Component::Normal(s) if !s.is_empty() && s.to_str().is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit())));
+    c.len() == 5
+        && c[0] == Component::RootDir
+        && c[1] == Component::Normal("proc".as_ref())
+        && (digits(&c[2]) || c[2] == Component::Normal("self".as_ref()))
+        && c[3] == Component::Normal("fd".as_ref())
+        && digits(&c[4])
+}
+
+#[cfg(not(edgemark_loom))]
+/// Opens, checks and maps the region file at `path` and validates its
+/// header.
+pub(crate) fn open_file(path: &Path, owner: FileOwner) -> Result<Opened, AttachError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let io = |e: std::io::Error| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            AttachError::NotRegularFile(path.to_owned())
+        } else {
+            AttachError::Io(path.to_owned(), e)
+        }
+    };
+    // Never through a symlink, except the kernel's own link to another
+    // process's open file, exactly `/proc/<pid or self>/fd/<n>` (how sealed
+    // regions are shared). O_NONBLOCK and O_NOCTTY: a path that names a
+    // device or a FIFO must not block the open or become our terminal; it
+    // is refused just below as not a regular file.
+    let nofollow = if is_proc_fd(path) {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nofollow | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.file_type().is_file() {
+        return Err(AttachError::NotRegularFile(path.to_owned()));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && owner == FileOwner::Me {
+        return Err(AttachError::ForeignOwner { uid: meta.uid() });
+    }
+    let len = meta.len();
+    if len == 0 {
+        return Err(AttachError::NotInitialised);
+    }
+    if len < HEADER_BYTES as u64 {
+        return Err(AttachError::Length {
+            actual: len,
+            expected: HEADER_BYTES as u64,
+        });
+    }
+    if len > MAX_REGION_BYTES || len % 8 != 0 {
+        return Err(AttachError::Geometry(format!(
+            "the file is {len} bytes, which no region geometry gives"
+        )));
+    }
+    let mapped = Mapped::new(file, len).map_err(io)?;
+    let header = read_header(mapped.words(), len)?;
+    Ok(Opened {
+        storage: Storage::Mapped(mapped),
+        header,
+    })
+}
