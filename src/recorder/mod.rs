@@ -42,15 +42,6 @@ fn request(token: Token) -> Request {
     }
 }
 
-/// The token of a request of `inner`'s region.
-fn token(inner: &Inner, req: Request) -> Token {
-    Token {
-        region: inner.region_id,
-        slot: req.slot,
-        gen: req.gen,
-    }
-}
-
 /// The calling thread as a lock holder (its thread id).
 fn holder() -> u32 {
     process::thread_id()
@@ -65,6 +56,8 @@ struct Inner {
     names: Arc<Catalog>,
     edges: Vec<Edge>,
     region_id: u64,
+    /// Whether the region's `host_monotonic` is this process's clock
+    /// ([`ClockShare::Shared`]).
     shared_clock: bool,
     header: Header,
     path: Option<PathBuf>,
@@ -105,6 +98,126 @@ impl fmt::Debug for Recorder {
                 .field("storage", &i.storage)
                 .finish(),
         }
+    }
+}
+
+/// The protocol view of an enabled recorder, formed once per call: the
+/// shared state and the protocol over its words.
+#[derive(Clone, Copy)]
+struct Live<'a> {
+    inner: &'a Inner,
+    proto: Proto<'a>,
+}
+
+impl Inner {
+    /// The token of a request of this region.
+    fn token(&self, req: Request) -> Token {
+        Token {
+            region: self.region_id,
+            slot: req.slot,
+            gen: req.gen,
+        }
+    }
+
+    /// Whether pids found in the region can be judged by this process: it
+    /// is in the creator's pid namespace and no process from another one has
+    /// attached.
+    fn trusts_pids(&self) -> bool {
+        // Relaxed: see `from_opened`.
+        let flags = self.storage.words()[H_FLAGS].load(Ordering::Relaxed);
+        flags & region::FLAG_MIXED_PID_NS == 0
+            && self.header.pid_namespace == process::pid_namespace()
+    }
+
+    /// Liveness of a lock holder as this process may judge it: alive unless
+    /// pids can be trusted and the thread is gone.
+    fn holder_alive(&self) -> impl Fn(u32) -> bool {
+        let trust = self.trusts_pids();
+        move |tid| !trust || process::pid_alive(tid)
+    }
+
+    /// Checks a token and a mark against the region; on success gives the
+    /// edge's index.
+    #[inline]
+    fn check_mark(&self, token: Token, mark: &Mark) -> Result<usize, Outcome> {
+        if token.region != self.region_id {
+            return Err(Outcome::ForeignToken);
+        }
+        if token.slot >= self.layout.slots || token.gen == 0 {
+            return Err(Outcome::Invalid);
+        }
+        if mark.event.0 as u32 >= self.layout.events {
+            return Err(Outcome::UnknownEvent);
+        }
+        self.edges
+            .iter()
+            .position(|e| *e == mark.edge)
+            .ok_or(Outcome::UnknownEdge)
+    }
+
+    /// The chunk field of a value word, checked.
+    #[inline]
+    fn chunk(&self, mark: &Mark) -> Result<Option<u64>, Outcome> {
+        let spec = &self.schema.events()[mark.event.0 as usize];
+        match mark.chunk_seq {
+            Some(c) if spec.keeps_chunk_seq() => {
+                if c > word::MAX_CHUNK_SEQ {
+                    Err(Outcome::OutOfRange)
+                } else {
+                    Ok(Some(c))
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The id of a domain that is not declared: registered or found in the
+    /// region's table.
+    fn resolve_domain(&self, name: &str) -> Result<DomainId, Outcome> {
+        self.names
+            .resolve(self.storage.words(), name)
+            .map_err(|e| match e {
+                RegisterError::BadName => Outcome::UnknownDomain,
+                RegisterError::Full => Outcome::DomainTableFull,
+            })
+    }
+
+    /// The public snapshot of a raw one, with values no edgemark process
+    /// writes left out.
+    fn detach(&self, mut raw: RawSnapshot, state: RequestState) -> Snapshot {
+        crate::snapshot::sanitize(&mut raw, &self.names, self.storage.words());
+        Snapshot::from_raw(raw, state, &self.names, &self.edges)
+    }
+}
+
+impl Recorder {
+    /// The protocol view, if this recorder is enabled.
+    #[inline]
+    fn live(&self) -> Option<Live<'_>> {
+        let inner = self.inner.as_deref()?;
+        Some(Live {
+            inner,
+            proto: Proto {
+                words: inner.storage.words(),
+                layout: &inner.layout,
+            },
+        })
+    }
+
+    /// The protocol view, if this recorder is enabled and `token` could name
+    /// a request of its region.
+    fn live_for(&self, token: Token) -> Option<Live<'_>> {
+        let live = self.live()?;
+        let inner = live.inner;
+        (token.region == inner.region_id && token.slot < inner.layout.slots && token.gen != 0)
+            .then_some(live)
+    }
+
+    /// The protocol view for a sweep of all slots: enabled, and the region's
+    /// file still has its full length (see [`Recorder::check`]).
+    fn live_for_sweep(&self) -> Option<Live<'_>> {
+        self.live()
+            .filter(|live| live.inner.storage.check_len().is_ok())
     }
 }
 
@@ -149,35 +262,10 @@ impl Recorder {
         }
     }
 
-    /// Whether pids found in the region can be judged by this process: it
-    /// is in the creator's pid namespace and no process from another one has
-    /// attached.
-    fn trusts_pids(inner: &Inner) -> bool {
-        // Relaxed: see `from_opened`.
-        let flags = inner.storage.words()[H_FLAGS].load(Ordering::Relaxed);
-        flags & region::FLAG_MIXED_PID_NS == 0
-            && inner.header.pid_namespace == process::pid_namespace()
-    }
-
-    /// Liveness of a lock holder as this process may judge it: alive unless
-    /// pids can be trusted and the thread is gone.
-    fn holder_alive(inner: &Inner) -> impl Fn(u32) -> bool {
-        let trust = Recorder::trusts_pids(inner);
-        move |tid| !trust || process::pid_alive(tid)
-    }
-
     /// Whether this recorder records (it is not [`Recorder::disabled`]).
     #[inline]
     pub fn is_enabled(&self) -> bool {
         self.inner.is_some()
-    }
-
-    #[inline]
-    fn proto<'a>(inner: &'a Inner) -> Proto<'a> {
-        Proto {
-            words: inner.storage.words(),
-            layout: &inner.layout,
-        }
     }
 
     /// Begins a request: claims a free slot, sets the request's origin to
@@ -187,52 +275,15 @@ impl Recorder {
     /// disabled recorder [`Outcome::Disabled`]; the request then runs
     /// unrecorded.
     pub fn begin(&self) -> Result<Token, Outcome> {
-        let inner = self.inner.as_deref().ok_or(Outcome::Disabled)?;
-        let p = Recorder::proto(inner);
+        let Live { inner, proto } = self.live().ok_or(Outcome::Disabled)?;
         let mut owner = process::owner_identity();
         // A start time is only comparable in the region's time namespace.
         if !inner.shared_clock {
             owner.start_ticks = 0;
         }
-        match p.begin(clock::monotonic_ns(), owner, holder()) {
-            Some(req) => Ok(token(inner, req)),
-            None => Err(p.count(Outcome::RegionFull)),
-        }
-    }
-
-    /// Checks a token and a mark against the region; on success gives the
-    /// edge's index.
-    #[inline]
-    fn check_mark(inner: &Inner, token: Token, mark: &Mark) -> Result<usize, Outcome> {
-        if token.region != inner.region_id {
-            return Err(Outcome::ForeignToken);
-        }
-        if token.slot >= inner.layout.slots || token.gen == 0 {
-            return Err(Outcome::Invalid);
-        }
-        if mark.event.0 as u32 >= inner.layout.events {
-            return Err(Outcome::UnknownEvent);
-        }
-        inner
-            .edges
-            .iter()
-            .position(|e| *e == mark.edge)
-            .ok_or(Outcome::UnknownEdge)
-    }
-
-    /// The chunk field of a value word, checked.
-    #[inline]
-    fn chunk(inner: &Inner, mark: &Mark) -> Result<Option<u64>, Outcome> {
-        let spec = &inner.schema.events()[mark.event.0 as usize];
-        match mark.chunk_seq {
-            Some(c) if spec.keeps_chunk_seq() => {
-                if c > word::MAX_CHUNK_SEQ {
-                    Err(Outcome::OutOfRange)
-                } else {
-                    Ok(Some(c))
-                }
-            }
-            _ => Ok(None),
+        match proto.begin(clock::monotonic_ns(), owner, holder()) {
+            Some(req) => Ok(inner.token(req)),
+            None => Err(proto.count(Outcome::RegionFull)),
         }
     }
 
@@ -245,26 +296,25 @@ impl Recorder {
     /// say.
     #[inline]
     pub fn record(&self, token: Token, mark: Mark) -> Outcome {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live() else {
             return Outcome::Disabled;
         };
         if !mark.meaningful {
             return Outcome::NotMeaningful;
         }
-        let p = Recorder::proto(inner);
-        let edge = match Recorder::check_mark(inner, token, &mark) {
+        let edge = match inner.check_mark(token, &mark) {
             Ok(e) => e,
-            Err(why) => return p.count(why),
+            Err(why) => return proto.count(why),
         };
         let domain = inner.schema.events()[mark.event.0 as usize].domain();
         if !inner.shared_clock || domain.0 != 0 {
-            return p.count(Outcome::ClockMismatch);
+            return proto.count(Outcome::ClockMismatch);
         }
-        let chunk = match Recorder::chunk(inner, &mark) {
+        let chunk = match inner.chunk(&mark) {
             Ok(c) => c,
-            Err(why) => return p.count(why),
+            Err(why) => return proto.count(why),
         };
-        p.record(
+        proto.record(
             request(token),
             edge,
             mark.segment,
@@ -310,56 +360,45 @@ impl Recorder {
         elapsed_ms: f64,
         domain: &str,
     ) -> Outcome {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live() else {
             return Outcome::Disabled;
         };
         if !mark.meaningful {
             return Outcome::NotMeaningful;
         }
-        let p = Recorder::proto(inner);
         if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
-            return p.count(Outcome::Invalid);
+            return proto.count(Outcome::Invalid);
         }
-        let edge = match Recorder::check_mark(inner, token, &mark) {
+        let edge = match inner.check_mark(token, &mark) {
             Ok(e) => e,
-            Err(why) => return p.count(why),
+            Err(why) => return proto.count(why),
         };
         let domain = match inner.schema.domain(domain) {
             Some(d) => d,
-            None => match Recorder::resolve_domain(inner, domain) {
+            None => match inner.resolve_domain(domain) {
                 Ok(d) => d,
-                Err(why) => return p.count(why),
+                Err(why) => return proto.count(why),
             },
         };
         if domain.0 == 0 && !inner.shared_clock {
-            return p.count(Outcome::ClockMismatch);
+            return proto.count(Outcome::ClockMismatch);
         }
         let us = (elapsed_ms * 1000.0).round();
         if us > word::MAX_ELAPSED_US as f64 {
-            return p.count(Outcome::OutOfRange);
+            return proto.count(Outcome::OutOfRange);
         }
-        let chunk = match Recorder::chunk(inner, &mark) {
+        let chunk = match inner.chunk(&mark) {
             Ok(c) => c,
-            Err(why) => return p.count(why),
+            Err(why) => return proto.count(why),
         };
         let value = word::value(domain.0, chunk, us as u64);
-        p.record(
+        proto.record(
             request(token),
             edge,
             mark.segment,
             mark.event.0 as usize,
             |_| Ok(value),
         )
-    }
-
-    fn resolve_domain(inner: &Inner, name: &str) -> Result<DomainId, Outcome> {
-        inner
-            .names
-            .resolve(inner.storage.words(), name)
-            .map_err(|e| match e {
-                RegisterError::BadName => Outcome::UnknownDomain,
-                RegisterError::Full => Outcome::DomainTableFull,
-            })
     }
 
     /// The id of the clock domain `name`, registering it in the region if no
@@ -382,12 +421,12 @@ impl Recorder {
     /// assert_eq!(rec.domains(), ["host_monotonic", "sender"]);
     /// ```
     pub fn register_domain(&self, name: &str) -> Result<DomainId, Outcome> {
-        let inner = self.inner.as_deref().ok_or(Outcome::Disabled)?;
+        let Live { inner, proto } = self.live().ok_or(Outcome::Disabled)?;
         if let Some(d) = inner.schema.domain(name) {
             return Ok(d);
         }
-        Recorder::resolve_domain(inner, name).map_err(|why| match why {
-            Outcome::DomainTableFull => Recorder::proto(inner).count(why),
+        inner.resolve_domain(name).map_err(|why| match why {
+            Outcome::DomainTableFull => proto.count(why),
             other => other,
         })
     }
@@ -395,9 +434,8 @@ impl Recorder {
     /// Every clock domain of the region, declared and registered, in id
     /// order; empty when disabled.
     pub fn domains(&self) -> Vec<String> {
-        self.inner
-            .as_deref()
-            .map_or_else(Vec::new, |i| i.names.all(i.storage.words()))
+        self.live()
+            .map_or_else(Vec::new, |live| live.inner.names.all(live.proto.words))
     }
 
     /// Starts segment `segment` on `edge` of the request: a control
@@ -409,17 +447,16 @@ impl Recorder {
     /// `segment` must be greater than the current one; otherwise the call
     /// is refused as [`Outcome::StaleSegment`].
     pub fn start_segment(&self, token: Token, edge: impl Into<Edge>, segment: u32) -> Outcome {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live() else {
             return Outcome::Disabled;
         };
-        let p = Recorder::proto(inner);
         let edge = edge.into();
         let mark = Mark::new(edge, EventId(0));
-        let edge = match Recorder::check_mark(inner, token, &mark) {
+        let edge = match inner.check_mark(token, &mark) {
             Ok(e) => e,
-            Err(why) => return p.count(why),
+            Err(why) => return proto.count(why),
         };
-        p.start_segment(request(token), edge, segment, holder())
+        proto.start_segment(request(token), edge, segment, holder())
     }
 
     /// Closes the request and returns its final snapshot.
@@ -434,17 +471,16 @@ impl Recorder {
     /// never fails the rest of a cleanup. Late records are refused, and the
     /// slot can be reused at once.
     pub fn close(&self, token: Token) -> Snapshot {
-        let Some(inner) = self.valid(token) else {
+        let Some(Live { inner, proto }) = self.live_for(token) else {
             return Snapshot::gone();
         };
-        let p = Recorder::proto(inner);
-        match p.close(request(token), holder(), &Recorder::holder_alive(inner)) {
+        match proto.close(request(token), holder(), &inner.holder_alive()) {
             Ok(Closed { mut raw, freed }) => {
-                crate::snapshot::sanitize(&mut raw, &inner.names, inner.storage.words());
+                crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
                 if freed {
                     // Only the close that freed the slot counts the request,
                     // so each is counted once.
-                    p.account_closed(&raw);
+                    proto.account_closed(&raw);
                 }
                 Snapshot::from_raw(raw, RequestState::Closed, &inner.names, &inner.edges)
             }
@@ -456,24 +492,13 @@ impl Recorder {
     /// A detached snapshot of the request as it is now. An empty snapshot in
     /// state [`RequestState::Gone`] if the token names no open request.
     pub fn snapshot(&self, token: Token) -> Snapshot {
-        let Some(inner) = self.valid(token) else {
+        let Some(Live { inner, proto }) = self.live_for(token) else {
             return Snapshot::gone();
         };
-        match Recorder::proto(inner).snapshot(request(token)) {
-            Some(raw) => Recorder::detach(inner, raw, RequestState::Open),
+        match proto.snapshot(request(token)) {
+            Some(raw) => inner.detach(raw, RequestState::Open),
             None => Snapshot::gone(),
         }
-    }
-
-    fn detach(inner: &Inner, mut raw: RawSnapshot, state: RequestState) -> Snapshot {
-        crate::snapshot::sanitize(&mut raw, &inner.names, inner.storage.words());
-        Snapshot::from_raw(raw, state, &inner.names, &inner.edges)
-    }
-
-    fn valid(&self, token: Token) -> Option<&Inner> {
-        let inner = self.inner.as_deref()?;
-        (token.region == inner.region_id && token.slot < inner.layout.slots && token.gen != 0)
-            .then_some(inner)
     }
 
     /// Checks that the region's file still has its full length (another
@@ -482,25 +507,17 @@ impl Recorder {
     /// sweep nothing if it fails; single-request calls do not (it is a system
     /// call). An in-memory region always passes.
     pub fn check(&self) -> Result<(), AttachError> {
-        match self.inner.as_deref() {
-            Some(inner) => inner.storage.check_len(),
-            None => Ok(()),
-        }
+        self.live()
+            .map_or(Ok(()), |live| live.inner.storage.check_len())
     }
 
     /// The tokens of every open request (a sweep of all slots; nothing if
     /// [`Recorder::check`] fails).
     pub fn open_requests(&self) -> Vec<Token> {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live_for_sweep() else {
             return Vec::new();
         };
-        if inner.storage.check_len().is_err() {
-            return Vec::new();
-        }
-        Recorder::proto(inner)
-            .open_slots()
-            .map(|req| token(inner, req))
-            .collect()
+        proto.open_slots().map(|req| inner.token(req)).collect()
     }
 
     /// Snapshots of every open request: one sweep of the region, collected.
@@ -529,19 +546,12 @@ impl Recorder {
     /// assert_eq!(open, 1);
     /// ```
     pub fn for_each_open(&self, mut f: impl FnMut(Token, Snapshot)) {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live_for_sweep() else {
             return;
         };
-        if inner.storage.check_len().is_err() {
-            return;
-        }
-        let p = Recorder::proto(inner);
-        for req in p.open_slots() {
-            if let Some(raw) = p.snapshot(req) {
-                f(
-                    token(inner, req),
-                    Recorder::detach(inner, raw, RequestState::Open),
-                );
+        for req in proto.open_slots() {
+            if let Some(raw) = proto.snapshot(req) {
+                f(inner.token(req), inner.detach(raw, RequestState::Open));
             }
         }
     }
@@ -549,18 +559,18 @@ impl Recorder {
     /// The owner identity of the process that began the request in
     /// `token`'s slot.
     pub fn owner(&self, token: Token) -> Option<Owner> {
-        let inner = self.valid(token)?;
-        Some(Recorder::proto(inner).owner(token.slot))
+        let live = self.live_for(token)?;
+        Some(live.proto.owner(token.slot))
     }
 
     /// The region's schema; `None` when disabled.
     pub fn schema(&self) -> Option<&Schema> {
-        self.inner.as_deref().map(|i| &*i.schema)
+        self.live().map(|live| &*live.inner.schema)
     }
 
     /// The declared edges, in order; empty when disabled.
     pub fn edges(&self) -> &[Edge] {
-        self.inner.as_deref().map_or(&[], |i| &i.edges)
+        self.live().map_or(&[], |live| &live.inner.edges)
     }
 
     /// The id of the event called `name` in the region's schema.
@@ -570,12 +580,12 @@ impl Recorder {
 
     /// The region file's path, for a file-backed region.
     pub fn path(&self) -> Option<&Path> {
-        self.inner.as_deref()?.path.as_deref()
+        self.live()?.inner.path.as_deref()
     }
 
     /// The region's geometry and identity; `None` when disabled.
     pub fn info(&self) -> Option<RegionInfo> {
-        let i = self.inner.as_deref()?;
+        let i = self.live()?.inner;
         let h = &i.header;
         Some(RegionInfo {
             region_id: h.region_id,
@@ -605,10 +615,10 @@ impl Recorder {
     /// pid namespace than the region's creator, or some process from another
     /// one has attached (`docs/limitations.md`).
     pub fn reclaim_dead_owners(&self) -> ReclaimReport {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, .. }) = self.live() else {
             return ReclaimReport::default();
         };
-        if !Recorder::trusts_pids(inner) {
+        if !inner.trusts_pids() {
             return ReclaimReport::default();
         }
         // Start times are compared only in the region's time namespace.
@@ -632,18 +642,14 @@ impl Recorder {
         holder_dead: impl Fn(u32) -> bool,
     ) -> ReclaimReport {
         let mut report = ReclaimReport::default();
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live_for_sweep() else {
             return report;
         };
-        if inner.storage.check_len().is_err() {
-            return report;
-        }
-        let p = Recorder::proto(inner);
         let me = holder();
         let owner_alive = |owner| !owner_dead(owner);
         let holder_alive = |pid| !holder_dead(pid);
         for slot in 0..inner.layout.slots {
-            match p.reclaim(slot, me, owner_alive, holder_alive) {
+            match proto.reclaim(slot, me, owner_alive, holder_alive) {
                 Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
                 Some(Reclaimed::DeadHolder) => report.dead_holders += 1,
                 None => {}
@@ -654,9 +660,8 @@ impl Recorder {
 
     /// The region's counters of refused records and dropped segments.
     pub fn counters(&self) -> Counters {
-        self.inner
-            .as_deref()
-            .map_or_else(Counters::default, |i| report::counters(i.storage.words()))
+        self.live()
+            .map_or_else(Counters::default, |live| report::counters(live.proto.words))
     }
 
     /// The histograms of every closed request's values and deltas, per edge:
@@ -665,17 +670,9 @@ impl Recorder {
     ///
     /// Empty if [`Recorder::check`] fails.
     pub fn histograms(&self) -> Vec<EdgeHistogram> {
-        let Some(inner) = self.inner.as_deref() else {
+        let Some(Live { inner, proto }) = self.live_for_sweep() else {
             return Vec::new();
         };
-        if inner.storage.check_len().is_err() {
-            return Vec::new();
-        }
-        report::histograms(
-            inner.storage.words(),
-            &inner.layout,
-            &inner.schema,
-            &inner.edges,
-        )
+        report::histograms(proto.words, proto.layout, &inner.schema, &inner.edges)
     }
 }
