@@ -5,16 +5,11 @@ use std::sync::OnceLock;
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
 ///
-/// On Linux this is a vDSO call: no system call, no allocation.
+/// On Linux this is a vDSO call: no system call, no allocation. (rustix
+/// calls the vDSO directly; it measures as fast as libc's `clock_gettime`.)
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always
-    // supported on the platforms edgemark builds for, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (ts.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec as u64)

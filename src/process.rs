@@ -3,6 +3,9 @@
 //! the pid namespace that decides whether a pid found in the region can be
 //! judged at all.
 
+use rustix::io::Errno;
+use rustix::process::Pid;
+
 use crate::report::Owner;
 
 /// The calling process's identity as a slot owner: its pid and its start
@@ -41,8 +44,7 @@ pub(crate) fn owner_identity() -> Owner {
 /// that two threads of one process are told apart. Linux thread ids are
 /// pids (below 2^22), so 24 bits hold any.
 pub(crate) fn thread_id() -> u32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
 
 /// The inode of this process's pid namespace (`/proc/self/ns/pid`), or 0.
@@ -74,16 +76,15 @@ pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
 /// with no live thread left. A process this one may not signal (`EPERM`) or
 /// cannot see in `/proc` (`hidepid`) is alive.
 pub(crate) fn pid_alive(pid: u32) -> bool {
-    let Ok(p) = i32::try_from(pid) else {
-        return false; // no pid is that large
-    };
-    if p == 0 {
+    // No pid is above i32::MAX; 0 would name our process group. So `p` is
+    // positive and names one process.
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return false;
-    }
-    // SAFETY: signal 0 sends nothing; it only checks that the pid exists
-    // and may be signalled. `p` is positive, so this names one process.
-    if unsafe { libc::kill(p, 0) } != 0 {
-        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    };
+    // `kill(p, 0)`: sends nothing, only checks that the pid exists and may
+    // be signalled.
+    if let Err(e) = rustix::process::test_kill_process(p) {
+        return e != Errno::SRCH;
     }
     // A zombie has exited but not been reaped. A thread-group leader that
     // exited while other threads run also shows `Z`, so count its threads.

@@ -4,6 +4,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+#[cfg(not(edgemark_loom))]
+use rustix::{fs::OFlags, io::Errno};
+
 use super::error::{AttachError, CreateError};
 use super::header::{read_header, write_header, Header};
 use crate::layout::{HEADER_BYTES, MAX_REGION_BYTES};
@@ -150,7 +153,7 @@ pub(crate) fn create_file(path: &Path, header: &Header) -> Result<Storage, Creat
         .write(true)
         .create_new(true)
         .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
         .open(path)
         .map_err(io)?;
     // The umask may have cleared the group bits we were asked for.
@@ -174,26 +177,17 @@ pub(crate) fn create_file(path: &Path, header: &Header) -> Result<Storage, Creat
 /// `/proc/<pid>/fd/<fd>` while this process keeps it open.
 #[cfg(not(edgemark_loom))]
 pub(crate) fn create_sealed(header: &Header) -> Result<Sealed, CreateError> {
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use rustix::fs::{MemfdFlags, SealFlags};
+    use std::os::fd::AsRawFd;
     let path = PathBuf::from("(memfd)");
     let io = |e: std::io::Error| CreateError::Io(path.clone(), e);
-    let name = c"edgemark-region";
-    // SAFETY: `name` is a NUL-terminated string; the flags are valid.
-    let fd =
-        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io(std::io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` was just returned by memfd_create and is owned by nothing
-    // else; the File takes ownership and closes it.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    let fd = rustix::fs::memfd_create(c"edgemark-region", flags).map_err(|e| io(e.into()))?;
+    let file = std::fs::File::from(fd);
     let len = header.layout.bytes();
     file.set_len(len).map_err(io)?;
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on a valid fd we own, with a valid command and argument.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(io(std::io::Error::last_os_error()));
-    }
+    let seals = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+    rustix::fs::fcntl_add_seals(&file, seals).map_err(|e| io(e.into()))?;
     let attach_path = PathBuf::from(format!(
         "/proc/{}/fd/{}",
         std::process::id(),
@@ -256,13 +250,13 @@ fn is_proc_fd(path: &Path) -> bool {
         && digits(&c[4])
 }
 
-#[cfg(not(edgemark_loom))]
 /// Opens, checks and maps the region file at `path` and validates its
 /// header.
+#[cfg(not(edgemark_loom))]
 pub(crate) fn open_file(path: &Path, owner: FileOwner) -> Result<Opened, AttachError> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let io = |e: std::io::Error| {
-        if e.raw_os_error() == Some(libc::ELOOP) {
+        if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) {
             AttachError::NotRegularFile(path.to_owned())
         } else {
             AttachError::Io(path.to_owned(), e)
@@ -274,22 +268,22 @@ pub(crate) fn open_file(path: &Path, owner: FileOwner) -> Result<Opened, AttachE
     // device or a FIFO must not block the open or become our terminal; it
     // is refused just below as not a regular file.
     let nofollow = if is_proc_fd(path) {
-        0
+        OFlags::empty()
     } else {
-        libc::O_NOFOLLOW
+        OFlags::NOFOLLOW
     };
+    let flags = nofollow | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(nofollow | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(flags.bits() as i32)
         .open(path)
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     if !meta.file_type().is_file() {
         return Err(AttachError::NotRegularFile(path.to_owned()));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     if meta.uid() != me && owner == FileOwner::Me {
         return Err(AttachError::ForeignOwner { uid: meta.uid() });
     }
