@@ -53,14 +53,25 @@ pub(crate) fn pid_namespace() -> u64 {
     std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
 }
 
+/// What `/proc/<pid>/stat` says of a process.
+struct ProcStat {
+    /// The state letter (`R`, `S`, `Z`...).
+    state: char,
+    /// The start time in clock ticks since boot.
+    start_ticks: u64,
+}
+
 /// The state letter and start time of a process, if `/proc` shows it.
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
+fn proc_stat(pid: u32) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses; fields
     // after the last ')' are plain: state is field 3, starttime field 22.
     let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
     let state = rest.next()?.chars().next()?;
-    Some((state, rest.nth(18)?.parse().ok()?))
+    Some(ProcStat {
+        state,
+        start_ticks: rest.nth(18)?.parse().ok()?,
+    })
 }
 
 /// A process's start time in clock ticks since boot, if `/proc` shows it.
@@ -68,7 +79,7 @@ pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
     if pid == 0 {
         return None;
     }
-    proc_stat(pid).map(|(_, start)| start)
+    proc_stat(pid).map(|s| s.start_ticks)
 }
 
 /// Whether some process (or thread: `kill` takes a thread id too) with this
@@ -89,7 +100,9 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     // A zombie has exited but not been reaped. A thread-group leader that
     // exited while other threads run also shows `Z`, so count its threads.
     match proc_stat(pid) {
-        Some(('Z' | 'X', _)) => live_threads(pid).is_some_and(|n| n > 1),
+        Some(ProcStat {
+            state: 'Z' | 'X', ..
+        }) => live_threads(pid).is_some_and(|n| n > 1),
         _ => true,
     }
 }
