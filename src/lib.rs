@@ -40,9 +40,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The layers, bottom up: [`word`](crate) encodings, the protocol over a
-//! slice of atomics (`docs/design.md` states it in full), the region
-//! (create, attach, validate, map), and this crate's public types.
+//! The layers, bottom up: [`word`](crate) encodings and the layout, the
+//! clock, names (schema, edges and marks), the reports and processes, the
+//! protocol over a slice of atomics (`docs/design.md` states it in full),
+//! the region (create, attach, validate, map), and this crate's public
+//! types (the recorder and snapshots).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // Under loom only the heap-backed protocol is built; the file layer is out.
