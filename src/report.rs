@@ -57,7 +57,7 @@ pub struct Owner {
     pub start_ticks: u64,
 }
 
-/// What [`Recorder::reclaim_dead_owners`] freed.
+/// What [`Recorder::reclaim_dead_owners`](crate::Recorder::reclaim_dead_owners) freed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReclaimReport {
     /// Open requests whose owner process is gone.
