@@ -53,19 +53,22 @@ fn snapshots(c: &mut Criterion) {
         record_all(&rec, t);
     }
     assert!(rec.begin().is_err(), "every slot is in use");
-    assert_eq!(rec.snapshot_open().len(), SLOTS as usize);
+    assert_eq!(rec.snapshot_open().unwrap().len(), SLOTS as usize);
     // The sweep as a reader (an exporter, `inspect`) does it: one detached
     // snapshot at a time, each handled and dropped.
     g.bench_function("full_region", |b| {
         b.iter(|| {
             let mut values = 0usize;
-            rec.for_each_open(|_, s| values += s.segments().len());
+            rec.for_each_open(|_, s| values += s.segments().len())
+                .unwrap();
             assert_eq!(values, 2 * SLOTS as usize);
             values
         })
     });
     // The same sweep, every snapshot kept in one Vec.
-    g.bench_function("full_region_collect", |b| b.iter(|| rec.snapshot_open()));
+    g.bench_function("full_region_collect", |b| {
+        b.iter(|| rec.snapshot_open().unwrap())
+    });
     g.finish();
 }
 

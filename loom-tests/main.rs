@@ -777,6 +777,7 @@ fn m7_sweeper_snapshots_a_reused_slot() {
         let rs = rec.clone();
         let sweeper = spawn(move || {
             rs.open_requests()
+                .unwrap()
                 .into_iter()
                 .map(|t| (t.generation(), view(&rs.snapshot(t))))
                 .collect::<Vec<_>>()

@@ -1,19 +1,15 @@
-//! The shared clock and the identity of the clock it belongs to.
+//! The shared clock and the identity of the clock it belongs to (its boot
+//! and time namespace). Processes and their liveness are in `process.rs`.
 
 use std::sync::OnceLock;
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
 ///
-/// On Linux this is a vDSO call: no system call, no allocation.
+/// On Linux this is a vDSO call: no system call, no allocation. (rustix
+/// calls the vDSO directly; it measures as fast as libc's `clock_gettime`.)
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always
-    // supported on the platforms edgemark builds for, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (ts.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec as u64)
@@ -64,116 +60,6 @@ fn time_namespace() -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// The calling process's identity as a slot owner: its pid and its start
-/// time in clock ticks since boot (field 22 of `/proc/<pid>/stat`), which
-/// tells a reused pid from the original; 0 when `/proc` cannot say (then a
-/// reclaim never judges the owner dead by start time).
-///
-/// Cached per process in two atomics, not behind a lock: a child forked
-/// while another thread was here must not inherit a held lock. The cache is
-/// process-local, not region state, hence std's atomics.
-#[allow(clippy::disallowed_types)]
-pub(crate) fn owner_identity() -> (u64, u64) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static PID: AtomicU64 = AtomicU64::new(0);
-    static START: AtomicU64 = AtomicU64::new(0);
-    let pid = u64::from(std::process::id());
-    // Acquire: pairs with the Release store of PID below, after START.
-    if PID.load(Ordering::Acquire) == pid {
-        return (pid, START.load(Ordering::Relaxed));
-    }
-    // A first call, or a forked child (a new pid): read it afresh. Threads
-    // racing here compute the same values.
-    let start = process_start_ticks(pid as u32).unwrap_or(0);
-    START.store(start, Ordering::Relaxed);
-    PID.store(pid, Ordering::Release);
-    (pid, start)
-}
-
-/// The calling thread's id (`gettid`): what a locked head word names, so
-/// that two threads of one process are told apart. Linux thread ids are
-/// pids (below 2^22), so 24 bits hold any.
-pub(crate) fn thread_id() -> u32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
-
-/// The inode of this process's pid namespace (`/proc/self/ns/pid`), or 0.
-pub(crate) fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
-}
-
-/// The state letter and start time of a process, if `/proc` shows it.
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses; fields
-    // after the last ')' are plain: state is field 3, starttime field 22.
-    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = rest.next()?.chars().next()?;
-    Some((state, rest.nth(18)?.parse().ok()?))
-}
-
-/// A process's start time in clock ticks since boot, if `/proc` shows it.
-pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
-    if pid == 0 {
-        return None;
-    }
-    proc_stat(pid).map(|(_, start)| start)
-}
-
-/// Whether some process (or thread: `kill` takes a thread id too) with this
-/// id runs. Only a definite "no such process" counts as dead: `kill(pid, 0)` failing with `ESRCH`, or a zombie
-/// with no live thread left. A process this one may not signal (`EPERM`) or
-/// cannot see in `/proc` (`hidepid`) is alive.
-pub(crate) fn pid_alive(pid: u32) -> bool {
-    let Ok(p) = i32::try_from(pid) else {
-        return false; // no pid is that large
-    };
-    if p == 0 {
-        return false;
-    }
-    // SAFETY: signal 0 sends nothing; it only checks that the pid exists
-    // and may be signalled. `p` is positive, so this names one process.
-    if unsafe { libc::kill(p, 0) } != 0 {
-        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-    }
-    // A zombie has exited but not been reaped. A thread-group leader that
-    // exited while other threads run also shows `Z`, so count its threads.
-    match proc_stat(pid) {
-        Some(('Z' | 'X', _)) => live_threads(pid).is_some_and(|n| n > 1),
-        _ => true,
-    }
-}
-
-fn live_threads(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// Whether the owner `(pid, start)` still runs: the pid is alive and, where
-/// both start times are known, started at the same time (a reused pid has a
-/// later start time). Start times are only comparable within one time
-/// namespace (`/proc` shows them shifted by the reader's boot-time offset),
-/// so callers pass 0 for `start` when they do not share the region's clock.
-pub(crate) fn owner_alive(pid: u64, start: u64) -> bool {
-    let Ok(pid) = u32::try_from(pid) else {
-        return false;
-    };
-    if !pid_alive(pid) {
-        return false;
-    }
-    match (start, process_start_ticks(pid)) {
-        (0, _) | (_, None) => true,
-        (want, Some(now)) => want == now,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,20 +73,7 @@ mod tests {
     }
 
     #[test]
-    fn own_start_time_is_found_and_stable() {
-        let (pid, start) = owner_identity();
-        assert_eq!(pid, u64::from(std::process::id()));
-        assert_eq!(process_start_ticks(std::process::id()), Some(start));
+    fn own_clock_identity_names_the_boot() {
         assert_ne!(ClockIdentity::current().boot_id, 0);
-        assert!(owner_alive(pid, start));
-        assert!(!owner_alive(pid, start + 1), "a reused pid starts later");
-        assert!(pid_alive(std::process::id()));
-        assert!(!pid_alive(0));
-        assert!(!pid_alive(u32::MAX));
-        assert!(pid_alive(1), "init exists and EPERM would still mean alive");
-        assert!(
-            owner_alive(pid, 0),
-            "an unknown start time never proves reuse"
-        );
     }
 }

@@ -55,7 +55,7 @@ impl Collector for RegionCollector {
         if !ok {
             return Ok(());
         }
-        let hists = rec.histograms();
+        let hists = rec.histograms().unwrap_or_default();
         {
             let mut family = enc.encode_descriptor(
                 "edgemark_boundary_elapsed_ms",
@@ -122,7 +122,7 @@ impl Collector for RegionCollector {
             "Segments that left a request's window of kept segments",
             c.dropped_segments,
         )?;
-        let open = rec.open_requests().len() as i64;
+        let open = rec.open_requests().map_or(0, |v| v.len()) as i64;
         let slots = rec.info().map_or(0, |i| i64::from(i.slots));
         let gauge = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64| {
             let g = ConstGauge::new(v);

@@ -40,9 +40,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The layers, bottom up: [`word`](crate) encodings, the protocol over a
-//! slice of atomics (`docs/design.md` states it in full), the region
-//! (create, attach, validate, map), and this crate's public types.
+//! The layers, bottom up: [`word`](crate) encodings and the layout, the
+//! clock, names (schema, edges and marks), the reports and processes, the
+//! protocol over a slice of atomics (`docs/design.md` states it in full),
+//! the region (create, attach, validate, map), and this crate's public
+//! types (the recorder and snapshots).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // Under loom only the heap-backed protocol is built; the file layer is out.
@@ -64,30 +66,31 @@ pub use domains::LoomTable;
 #[cfg(all(feature = "prometheus", not(edgemark_loom)))]
 pub mod export;
 mod layout;
+mod mark;
 mod outcome;
+mod process;
 mod protocol;
 mod recorder;
 mod region;
+mod report;
 mod schema;
 mod snapshot;
-mod stats;
 mod sync;
 mod token;
 mod word;
 
 pub use clock::{monotonic_ns, ClockIdentity};
 pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
-pub use recorder::{
-    Counters, Edge, EdgeHistogram, Mark, Owner, ReclaimReport, Recorder, RegionBuilder, RegionInfo,
-};
-pub use region::{AttachError, AttachOptions, CreateError};
+pub use recorder::{AttachOptions, Recorder, RegionBuilder};
+pub use region::{AttachError, CreateError};
+pub use report::{Counters, EdgeHistogram, Histogram, Owner, ReclaimReport, RegionInfo};
 pub use schema::{
     DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,
     MAX_EVENTS, MAX_NAME_LEN,
 };
 pub use snapshot::{elapsed_between, EdgeSegment, Observed, RequestState, Snapshot};
-pub use stats::Histogram;
 pub use token::{ParseTokenError, Token};
 
 /// The longest elapsed time a value holds, in milliseconds (about 38.2

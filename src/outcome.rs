@@ -68,11 +68,16 @@ pub enum Outcome {
     /// The region's clock-domain table is full (32 domains, declared and
     /// registered together), so a new domain name could not be registered.
     DomainTableFull,
+    /// The recorder was attached read-only
+    /// ([`AttachOptions::read_only`](crate::AttachOptions::read_only)): it
+    /// can look at the region but not write it. Not counted (counting would
+    /// be a write).
+    ReadOnly,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 20] = [
+    pub const ALL: [Outcome; 21] = [
         Outcome::Recorded,
         Outcome::Started,
         Outcome::Duplicate,
@@ -93,6 +98,7 @@ impl Outcome {
         Outcome::Corrupt,
         Outcome::Disabled,
         Outcome::DomainTableFull,
+        Outcome::ReadOnly,
     ];
 
     /// The outcome with this [`Outcome::name`].
@@ -155,6 +161,7 @@ impl Outcome {
             Outcome::Corrupt => "corrupt",
             Outcome::Disabled => "disabled",
             Outcome::DomainTableFull => "domain_table_full",
+            Outcome::ReadOnly => "read_only",
         }
     }
 

@@ -6,10 +6,10 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::domains::Catalog;
+use crate::mark::Edge;
 use crate::protocol::{RawSnapshot, Values};
 use crate::schema::{DomainId, EventId};
 use crate::sync::AtomicU64;
-use crate::Edge;
 
 /// Whether the request a snapshot describes is still running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

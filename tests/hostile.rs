@@ -64,11 +64,11 @@ fn valid_region_bytes() -> Vec<u8> {
 fn exercise(rec: &Recorder) -> (usize, bool) {
     let info = rec.info().unwrap();
     let _ = rec.counters();
-    let hs = rec.histograms();
+    let hs = rec.histograms().unwrap();
     assert!(hs
         .iter()
         .all(|h| h.histogram.buckets.len() == edgemark::BUCKETS_MS.len() + 1));
-    let open = rec.snapshot_open();
+    let open = rec.snapshot_open().unwrap();
     assert!(open.len() <= info.slots as usize);
     let mut corrupt = false;
     for (t, s) in &open {
@@ -287,6 +287,7 @@ fn garbage_slot_words_are_reported_corrupt_and_never_trusted() {
     let rec = attach_bytes(&b).unwrap();
     let (t, s) = rec
         .snapshot_open()
+        .unwrap()
         .into_iter()
         .find(|(t, _)| t.slot() == slot)
         .unwrap();
@@ -341,12 +342,12 @@ fn region_file(dir: &Path) -> (std::path::PathBuf, Recorder) {
 }
 
 #[test]
-fn a_file_shrunk_under_a_reader_stops_its_sweeps_instead_of_faulting() {
+fn a_file_shrunk_under_a_reader_fails_its_sweeps_instead_of_faulting() {
     let dir = tempfile::tempdir().unwrap();
     let (p, owner) = region_file(dir.path());
     let t = owner.begin().unwrap();
     let reader = Recorder::attach(&p).unwrap();
-    assert_eq!(reader.open_requests(), vec![t]);
+    assert_eq!(reader.open_requests().unwrap(), vec![t]);
     let full = owner.info().unwrap().bytes;
     std::fs::OpenOptions::new()
         .write(true)
@@ -357,10 +358,15 @@ fn a_file_shrunk_under_a_reader_stops_its_sweeps_instead_of_faulting() {
     assert!(
         matches!(reader.check(), Err(AttachError::Length { actual: 4096, expected }) if expected == full)
     );
-    assert!(reader.open_requests().is_empty());
-    assert!(reader.snapshot_open().is_empty());
-    assert!(reader.histograms().is_empty());
-    assert_eq!(reader.reclaim_dead_owners().freed(), 0);
+    // Every sweep says why it cannot sweep, instead of an empty result.
+    let shrunk = |e: &AttachError| matches!(e, AttachError::Length { actual: 4096, .. });
+    assert!(reader.open_requests().is_err_and(|e| shrunk(&e)));
+    assert!(reader.snapshot_open().is_err_and(|e| shrunk(&e)));
+    assert!(reader.histograms().is_err_and(|e| shrunk(&e)));
+    assert!(reader.reclaim_dead_owners().is_err_and(|e| shrunk(&e)));
+    let mut called = false;
+    assert!(reader.for_each_open(|_, _| called = true).is_err());
+    assert!(!called);
     let text = Exporter::new(reader.clone()).encode();
     assert!(text.contains("edgemark_region_ok 0"), "{text}");
     assert!(!text.contains("edgemark_open_requests"));

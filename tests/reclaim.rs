@@ -63,9 +63,13 @@ fn a_killed_owners_requests_are_freed_and_a_live_owners_are_not() {
             Outcome::Recorded
         );
     }
-    assert_eq!(rec.reclaim_dead_owners().freed(), 0, "everyone is alive");
+    assert_eq!(
+        rec.reclaim_dead_owners().unwrap().freed(),
+        0,
+        "everyone is alive"
+    );
     drop(doomed); // SIGKILL, then reaped
-    let r = rec.reclaim_dead_owners();
+    let r = rec.reclaim_dead_owners().unwrap();
     assert_eq!((r.dead_owners, r.dead_holders), (2, 0));
     for t in &lost {
         assert_eq!(rec.snapshot(*t).state(), RequestState::Gone);
@@ -86,7 +90,7 @@ fn a_killed_owners_requests_are_freed_and_a_live_owners_are_not() {
         Some(1.0)
     );
     assert_eq!(
-        rec.reclaim_dead_owners().freed(),
+        rec.reclaim_dead_owners().unwrap().freed(),
         0,
         "reclaim is idempotent"
     );
@@ -111,7 +115,7 @@ fn a_reused_pid_does_not_pass_for_the_owner() {
     let start = peek(&path, at);
     assert_ne!(start, 0);
     poke(&path, at, start + 12345);
-    let r = rec.reclaim_dead_owners();
+    let r = rec.reclaim_dead_owners().unwrap();
     assert_eq!(r.dead_owners, 1);
     assert_eq!(rec.snapshot(t).state(), RequestState::Gone);
     assert_eq!(rec.snapshot(other).state(), RequestState::Open);
@@ -141,7 +145,7 @@ fn a_slot_left_locked_by_a_dead_process_is_freed_and_a_live_holder_is_waited_for
     // the request open.
     assert_eq!(rec.close(u).state(), RequestState::Busy);
     assert_eq!(rec.snapshot(u).state(), RequestState::Open);
-    let r = rec.reclaim_dead_owners();
+    let r = rec.reclaim_dead_owners().unwrap();
     assert_eq!((r.dead_owners, r.dead_holders), (0, 1));
     assert_eq!(
         rec.snapshot(u).state(),
@@ -211,7 +215,7 @@ fn the_reclaim_command_reports_what_it_freed() {
         String::from_utf8_lossy(&out.stdout).trim(),
         "freed 1 slots (1 of dead owners, 0 left locked by dead processes)"
     );
-    assert_eq!(rec.open_requests().len(), 1);
+    assert_eq!(rec.open_requests().unwrap().len(), 1);
 }
 
 #[test]
@@ -244,6 +248,7 @@ fn close_takes_over_from_a_start_that_died_holding_the_slot_and_keeps_its_values
     assert_eq!(rec.counters().closed_requests, 1);
     let emit = rec
         .histograms()
+        .unwrap()
         .into_iter()
         .find(|h| h.edge == E01 && h.metric == "producer_first_nonempty_emit")
         .unwrap();
@@ -265,9 +270,13 @@ fn a_region_shared_across_pid_namespaces_judges_no_pid() {
     // attach marks it, for every process, as shared across namespaces.
     poke(&path, 18 * 8, peek(&path, 18 * 8) ^ 0x5a5a);
     let other = Recorder::attach(&path).unwrap();
-    assert_eq!(other.reclaim_dead_owners().freed(), 0, "no pid is judged");
     assert_eq!(
-        rec.reclaim_dead_owners().freed(),
+        other.reclaim_dead_owners().unwrap().freed(),
+        0,
+        "no pid is judged"
+    );
+    assert_eq!(
+        rec.reclaim_dead_owners().unwrap().freed(),
         0,
         "not even by the creator now"
     );
@@ -280,6 +289,6 @@ fn a_region_shared_across_pid_namespaces_judges_no_pid() {
     poke(&path, slot_word(&rec, t.slot(), 0), head);
     assert_eq!(rec.close(t).state(), RequestState::Busy);
     // The caller's own judgement still works.
-    let r = rec.reclaim_where(|_| true, |_| true);
+    let r = rec.reclaim_where(|_| true, |_| true).unwrap();
     assert_eq!(r.freed(), 2);
 }

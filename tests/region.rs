@@ -376,7 +376,7 @@ fn a_disabled_recorder_records_nothing_and_answers_everything() {
     );
     assert_eq!(rec.start_segment(t, E01, 1), Outcome::Disabled);
     assert_eq!(rec.close(t).state(), RequestState::Gone);
-    assert!(rec.open_requests().is_empty());
+    assert!(rec.open_requests().unwrap().is_empty());
     assert!(rec.counters().refused.is_empty());
 }
 
@@ -664,10 +664,10 @@ fn open_requests_and_their_owner_are_listed() {
     let ts: Vec<Token> = (0..3).map(|_| rec.begin().unwrap()).collect();
     rec.close(ts[1]);
     let other = Recorder::attach(&path).unwrap();
-    let mut open = other.open_requests();
+    let mut open = other.open_requests().unwrap();
     open.sort_by_key(|t| t.slot());
     assert_eq!(open, vec![ts[0], ts[2]]);
-    assert_eq!(other.snapshot_open().len(), 2);
+    assert_eq!(other.snapshot_open().unwrap().len(), 2);
     assert_eq!(
         other.owner(ts[0]).unwrap().pid,
         u64::from(std::process::id())
@@ -706,7 +706,7 @@ fn closed_requests_reach_the_histograms_exactly_once() {
     );
     let c = rec.counters();
     assert_eq!(c.closed_requests, 3);
-    let hs = rec.histograms();
+    let hs = rec.histograms().unwrap();
     assert_eq!(hs.len(), 2 * 7);
     let get = |edge: Edge, metric: &str| {
         hs.iter()
@@ -743,6 +743,7 @@ fn closed_requests_reach_the_histograms_exactly_once() {
     assert_eq!(rec.counters().closed_requests, 4);
     assert_eq!(
         rec.histograms()
+            .unwrap()
             .iter()
             .find(|h| h.edge == E12 && h.metric == "producer_first_nonempty_emit")
             .unwrap()

@@ -63,7 +63,7 @@ fn worker_thread(rec: &Recorder, mut log: std::fs::File, me: u64, ops: u64, seed
     let mut open: Vec<Token> = Vec::new();
     for op in 0..ops {
         if op % 16 == 0 || open.is_empty() {
-            open = rec.open_requests();
+            open = rec.open_requests().unwrap();
         }
         // A value no other operation in the run uses: microseconds that name
         // the thread and the operation.
@@ -401,7 +401,7 @@ fn run(cfg: &Run) -> String {
     }
     // Close what the workers left open; those finals count too.
     let mut logs_model = read_logs(&logs);
-    for t in rec.open_requests() {
+    for t in rec.open_requests().unwrap() {
         let s = rec.close(t);
         // A slot whose control operation died with its worker stays locked.
         if s.state() == edgemark::RequestState::Closed {

@@ -39,6 +39,7 @@ from ._edgemark import (
     MAX_ELAPSED_MS,
     OUTCOME_NAMES,
     Region,
+    RegionShrunkError,
     Token,
     __version__,
     default_dir,
@@ -50,6 +51,7 @@ __all__ = [
     "EventLike",
     "Outcome",
     "Region",
+    "RegionShrunkError",
     "Token",
     "TokenLike",
     "elapsed_between",
@@ -165,6 +167,8 @@ class Outcome(str, enum.Enum):
     #: The region's clock-domain table is full (32 domains, declared and
     #: registered together), so a new domain name could not be registered.
     DOMAIN_TABLE_FULL = "domain_table_full"
+    #: The region was attached read-only: this handle does not write it.
+    READ_ONLY = "read_only"
 
     @property
     def is_success(self) -> bool:

@@ -70,6 +70,9 @@ class Token:
     def __reduce__(self) -> Tuple[type, Tuple[str]]: ...
 
 @final
+class RegionShrunkError(OSError):
+    """A sweep met a region file truncated under this process."""
+
 class Region:
     """A handle on a region of once-only first-event timestamps.
 
@@ -100,6 +103,7 @@ class Region:
         path: _Path,
         allow_foreign_clock: bool = False,
         allow_foreign_owner: bool = False,
+        read_only: bool = False,
     ) -> "Region":
         """Attaches to an existing region file, validating its header."""
     @staticmethod

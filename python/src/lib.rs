@@ -51,6 +51,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRegion>()?;
     m.add_class::<PyToken>()?;
     m.add_class::<PyStreamEdgeRecorder>()?;
+    m.add(
+        "RegionShrunkError",
+        py.get_type::<errors::RegionShrunkError>(),
+    )?;
     m.add_function(wrap_pyfunction!(default_dir, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;
     m.add("HOST_MONOTONIC", HOST_MONOTONIC)?;

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args::{chunk_arg, path_arg, ChunkArg};
-use crate::errors::{attach_error, create_error};
+use crate::errors::{attach_error, create_error, sweep_error};
 use crate::outcome::outcome_str;
 use crate::snapshot;
 use crate::token::{token_arg, PyToken};
@@ -290,17 +290,26 @@ impl PyRegion {
     /// schema) or whose clock is another boot's or time namespace's (unless
     /// ``allow_foreign_clock``: the clock-reading ``record`` then returns
     /// ``"clock_mismatch"``, values measured elsewhere still record).
+    ///
+    /// ``allow_foreign_owner`` attaches to a file that another user created
+    /// (a region created with ``group_access=True`` and handed to a group):
+    /// trust that user, since a writer can forge values and fill the region.
+    /// ``read_only`` opens and maps the file for reading only, which read
+    /// permission allows: snapshots, sweeps and counters work; ``begin``
+    /// returns ``None`` and ``record`` ``False`` (outcome ``"read_only"``).
     #[staticmethod]
-    #[pyo3(signature = (path, allow_foreign_clock = false, allow_foreign_owner = false))]
+    #[pyo3(signature = (path, allow_foreign_clock = false, allow_foreign_owner = false, read_only = false))]
     fn attach(
         py: Python<'_>,
         path: PathBuf,
         allow_foreign_clock: bool,
         allow_foreign_owner: bool,
+        read_only: bool,
     ) -> PyResult<PyRegion> {
         let opts = AttachOptions::new()
             .allow_foreign_clock(allow_foreign_clock)
-            .allow_foreign_owner(allow_foreign_owner);
+            .allow_foreign_owner(allow_foreign_owner)
+            .read_only(read_only);
         let path = path_arg(path)?;
         let rec = py.detach(|| opts.attach(&path)).map_err(attach_error)?;
         PyRegion::wrap(py, rec)
@@ -495,19 +504,17 @@ impl PyRegion {
 
     /// The tokens of every open request (one sweep of the region, without
     /// the GIL).
-    fn open_requests(&self, py: Python<'_>) -> Vec<PyToken> {
+    fn open_requests(&self, py: Python<'_>) -> PyResult<Vec<PyToken>> {
         let rec = &self.rec;
-        py.detach(|| rec.open_requests())
-            .into_iter()
-            .map(PyToken)
-            .collect()
+        let all = py.detach(|| rec.open_requests()).map_err(sweep_error)?;
+        Ok(all.into_iter().map(PyToken).collect())
     }
 
     /// ``(token, snapshot)`` for every open request: one sweep of the
     /// region, taken without the GIL.
     fn snapshot_open<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let rec = &self.rec;
-        let all = py.detach(|| rec.snapshot_open());
+        let all = py.detach(|| rec.snapshot_open()).map_err(sweep_error)?;
         let out = PyList::empty(py);
         for (t, s) in &all {
             let t = Bound::new(py, PyToken(*t))?.into_any();
@@ -521,7 +528,9 @@ impl PyRegion {
     /// left alone. Returns ``{"dead_owners": n, "dead_holders": m}``.
     fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let rec = &self.rec;
-        let r = py.detach(|| rec.reclaim_dead_owners());
+        let r = py
+            .detach(|| rec.reclaim_dead_owners())
+            .map_err(sweep_error)?;
         let d = PyDict::new(py);
         d.set_item("dead_owners", r.dead_owners)?;
         d.set_item("dead_holders", r.dead_holders)?;

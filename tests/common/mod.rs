@@ -682,7 +682,7 @@ pub fn case_09_every_cleanup_path_releases(p: &mut dyn Pipeline) {
             "{path}"
         );
     }
-    assert!(owner.open_requests().is_empty());
+    assert!(owner.open_requests().unwrap().is_empty());
 }
 
 /// A response builder in the upstream manner: stream-edge metrics only when

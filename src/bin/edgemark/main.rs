@@ -336,7 +336,7 @@ mod cli {
             }
             Command::Reclaim { path } => {
                 let rec = attach_for_reading(&path)?;
-                let r = rec.reclaim_dead_owners();
+                let r = rec.reclaim_dead_owners().map_err(|e| named(&path, e))?;
                 println!(
                     "freed {} slots ({} of dead owners, {} left locked by dead processes)",
                     r.freed(),
@@ -418,7 +418,9 @@ mod cli {
         let info = rec.info().expect("an enabled recorder");
         let schema = rec.schema().expect("an enabled recorder");
         let counters = rec.counters();
-        let open = rec.snapshot_open();
+        let open = rec
+            .snapshot_open()
+            .context("the region changed under this process")?;
         if json {
             let v = serde_json::json!({
                 "region_id": format!("{:016x}", info.region_id),

@@ -1,0 +1,476 @@
+//! The control operations on a slot: begin, start segment, close and
+//! reclaim, each under the slot's control lock (the head word), and the
+//! histogram update of the close that ends a request.
+
+use super::{Proto, RawSegment, RawSnapshot, Request, Values};
+use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED};
+use crate::outcome::Outcome;
+use crate::report::Owner;
+use crate::sync::{fence, spin_step, Ordering};
+use crate::word::{self, SlotState};
+
+/// How many rounds a control operation waits for another one on the same
+/// slot before giving up with [`Outcome::Busy`]: with `spin_step`'s
+/// back-off, about a second.
+const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 2_000 };
+
+/// Why `reclaim` freed a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reclaimed {
+    /// An open request whose owner process is gone.
+    DeadOwner,
+    /// A control lock whose holder process is gone.
+    DeadHolder,
+}
+
+/// What [`Proto::close`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Closed {
+    /// The final values, collected as the cells were sealed.
+    pub(crate) raw: RawSnapshot,
+    /// Whether this call freed the slot. False when a reclaim took the slot
+    /// over mid-way: the snapshot may lack what the reclaim sealed first,
+    /// and the request must not be counted twice.
+    pub(crate) freed: bool,
+}
+
+/// Whether a control operation that finds the slot held by another may take
+/// the lock over.
+#[derive(Clone, Copy)]
+pub(crate) enum Takeover<'a> {
+    /// Never: wait the bounded time, then give up.
+    Never,
+    /// When the holder is gone, as this liveness judgement (of a thread id)
+    /// says.
+    IfDead(&'a dyn Fn(u32) -> bool),
+}
+
+/// The result of trying to take a slot's control lock.
+enum Lock {
+    Held,
+    /// Taken from a holder that died inside its operation.
+    TookOver,
+    Refused(Outcome),
+}
+
+impl Proto<'_> {
+    /// Claims a free slot for a new request and lays it out.
+    ///
+    /// Returns the slot and its new generation, or `None` when every slot is
+    /// in use.
+    /// `owner` is the process identity stored for reclaim; `holder` names
+    /// the calling thread in the head while it lays the slot out.
+    pub(crate) fn begin(&self, origin_ns: u64, owner: Owner, holder: u32) -> Option<Request> {
+        let l = self.layout;
+        // Relaxed: the cursor only spreads requests over the slots; the head
+        // CAS below decides ownership.
+        let start = self.w(H_CURSOR).fetch_add(1, Ordering::Relaxed);
+        for i in 0..u64::from(l.slots) {
+            let slot = ((start.wrapping_add(i)) % u64::from(l.slots)) as u32;
+            let head = self.w(l.head(slot));
+            // Relaxed: a hint; the CAS re-validates the word.
+            let h = head.load(Ordering::Relaxed);
+            let Some(d) = word::decode_head(h) else {
+                continue;
+            };
+            if d.state != SlotState::Free {
+                continue;
+            }
+            let gen = word::next_gen(d.gen);
+            // Acquire: pairs with the Release store of `Free` at the end of
+            // `close`, so that close's seals happen before the stores below.
+            // Relaxed on failure: we move on to the next slot.
+            if head
+                .compare_exchange(
+                    h,
+                    word::head_held(gen, SlotState::Beginning, holder),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            // Release fence: a reader whose Acquire load reads any of the
+            // Relaxed stores below (a laid cell, an entry word) then also
+            // sees our `Beginning` head, so a snapshot of the slot's previous
+            // request that reads them fails its final head check rather than
+            // showing that request half-erased.
+            fence(Ordering::Release);
+            // Relaxed: all published by the Release stores of the segment
+            // words and the head below.
+            self.w(l.origin(slot)).store(origin_ns, Ordering::Relaxed);
+            self.w(l.owner_pid(slot))
+                .store(owner.pid, Ordering::Relaxed);
+            self.w(l.owner_start(slot))
+                .store(owner.start_ticks, Ordering::Relaxed);
+            for edge in 0..l.edges as usize {
+                self.w(l.entry(slot, edge, 0))
+                    .store(word::seg(0, 0), Ordering::Relaxed);
+                for ev in 0..l.events as usize {
+                    self.w(l.cell(slot, edge, 0, ev))
+                        .store(word::empty(gen, 0), Ordering::Relaxed);
+                }
+                // Release: publishes the origin and the laid cells to writers;
+                // pairs with the Acquire load of the segment word in `record`.
+                self.w(l.seg(slot, edge))
+                    .store(word::seg(0, 0), Ordering::Release);
+            }
+            // Release: publishes the whole slot; pairs with the Acquire loads
+            // of the head in `snapshot`, `close` and `start_segment`. A CAS
+            // from the exact word we hold, not a store: if a reclaim took
+            // the slot from us (it judged us dead), we must not roll its
+            // head back. Relaxed on failure: we give the slot up.
+            if self.unlock(slot, gen, SlotState::Beginning, holder, SlotState::Open) {
+                return Some(Request { slot, gen });
+            }
+        }
+        None
+    }
+
+    /// Ends a control operation: `from(gen, holder)` to `to(gen)`, by CAS
+    /// from the exact word held. False if another party took the lock over
+    /// (a reclaim or close that judged the holder dead); then nothing is
+    /// stored.
+    fn unlock(&self, slot: u32, gen: u32, from: SlotState, holder: u32, to: SlotState) -> bool {
+        // Release: ends the control operation; pairs with the next lock's
+        // Acquire and with snapshots' Acquire loads of the head. Relaxed on
+        // failure: nothing was written.
+        self.w(self.layout.head(slot))
+            .compare_exchange(
+                word::head_held(gen, from, holder),
+                word::head(gen, to),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Takes the slot's control lock for `holder`, moving `Open(gen)` to `to`.
+    ///
+    /// While another operation holds the slot (`Segmenting`), waits a bounded
+    /// time; with [`Takeover::IfDead`], if it says the holder is gone, takes
+    /// the lock over from it (`Lock::TookOver`). A word that names `holder`
+    /// itself is never taken over.
+    fn lock(
+        &self,
+        slot: u32,
+        gen: u32,
+        to: SlotState,
+        holder: u32,
+        takeover: Takeover<'_>,
+    ) -> Lock {
+        let head = self.w(self.layout.head(slot));
+        for round in 0..LOCK_ROUNDS {
+            // Acquire: pairs with the Release store that ended the previous
+            // control operation (or `begin`), whose stores we build on.
+            let h = head.load(Ordering::Acquire);
+            let Some(d) = word::decode_head(h) else {
+                return Lock::Refused(Outcome::Corrupt);
+            };
+            if d.gen != gen {
+                return Lock::Refused(Outcome::Reused);
+            }
+            // Acquire as above. From a dead holder the memory model gives us
+            // nothing (it never released); in practice its death and the
+            // system calls since make its stores visible, and close seals
+            // every cell whatever it left. Relaxed on failure: we retry.
+            let take = || {
+                head.compare_exchange(
+                    h,
+                    word::head_held(gen, to, holder),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            };
+            match d.state {
+                SlotState::Open => {
+                    if take() {
+                        return Lock::Held;
+                    }
+                }
+                SlotState::Segmenting => {
+                    let check = cfg!(edgemark_loom) || round % 64 == 63;
+                    let dead = check
+                        && d.holder != holder
+                        && match takeover {
+                            Takeover::Never => false,
+                            Takeover::IfDead(alive) => d.holder == 0 || !alive(d.holder),
+                        };
+                    if dead && take() {
+                        return Lock::TookOver;
+                    }
+                    spin_step(round);
+                }
+                SlotState::Free | SlotState::Closing | SlotState::Beginning => {
+                    return Lock::Refused(Outcome::Closed)
+                }
+            }
+        }
+        Lock::Refused(Outcome::Busy)
+    }
+
+    /// Starts segment `index` on `edge`, fencing the current one.
+    pub(crate) fn start_segment(
+        &self,
+        req: Request,
+        edge: usize,
+        index: u32,
+        holder: u32,
+    ) -> Outcome {
+        let Request { slot, gen } = req;
+        let l = self.layout;
+        // No takeover here: a start that died half-way may have half-relaid
+        // an entry, which only close's seal of the whole slot repairs. A
+        // start that finds a dead holder gives up with `Busy`; close then
+        // takes the slot over.
+        if let Lock::Refused(why) =
+            self.lock(slot, gen, SlotState::Segmenting, holder, Takeover::Never)
+        {
+            return self.count(why);
+        }
+        let seg_word = self.w(l.seg(slot, edge));
+        // Relaxed: we hold the control lock, and only its holder writes the
+        // segment word; the lock's Acquire made the last store visible.
+        let cur = word::decode_seg(seg_word.load(Ordering::Relaxed));
+        let outcome = match cur {
+            None => Outcome::Corrupt,
+            Some(cur) if index <= cur.index => Outcome::StaleSegment,
+            Some(cur) if cur.count >= word::MAX_COUNT => Outcome::OutOfRange,
+            Some(cur) => {
+                let count = cur.count + 1;
+                let entry = l.ring(count);
+                if count >= l.segments {
+                    // The entry held count - K, which leaves the window.
+                    self.w(H_DROPPED).fetch_add(1, Ordering::Relaxed);
+                }
+                // Relaxed: ordered before the Release cell stores below.
+                self.w(l.entry(slot, edge, entry))
+                    .store(word::seg(count, index), Ordering::Relaxed);
+                for ev in 0..l.events as usize {
+                    // Release: a snapshot that reads a relaid cell (Acquire)
+                    // then also sees the new entry word, and skips the entry.
+                    // A swap rather than a store: a writer's CAS on the cell
+                    // and the relay are then both read-modify-writes, ordered
+                    // in the cell's modification order in a way loom checks
+                    // strictly (it under-constrains a plain store racing a
+                    // CAS). The value it returns is the evicted segment's.
+                    self.w(l.cell(slot, edge, entry, ev))
+                        .swap(word::empty(gen, count), Ordering::Release);
+                }
+                // Release: pairs with the Acquire load in `record`; writers
+                // of the new segment find its cells laid.
+                seg_word.store(word::seg(count, index), Ordering::Release);
+                Outcome::Started
+            }
+        };
+        if !self.unlock(slot, gen, SlotState::Segmenting, holder, SlotState::Open) {
+            // Taken over by a close or reclaim that judged us dead: it sealed
+            // the slot, so the segment we started records nothing.
+            return self.count(Outcome::Closed);
+        }
+        self.count(outcome)
+    }
+
+    /// Closes the request: seals every kept cell, collects the final values,
+    /// frees the slot. `None` if the token's request is not open.
+    ///
+    /// `Ok` with [`Closed::freed`] true when this call closed it, false when
+    /// a reclaim took the slot over mid-way (the snapshot may lack what the
+    /// reclaim sealed first, and the request is not counted twice);
+    /// `Err(Busy)` when a live control operation held the slot for the whole
+    /// bounded wait (the request is still open: close again).
+    pub(crate) fn close(
+        &self,
+        req: Request,
+        holder: u32,
+        holder_alive: &dyn Fn(u32) -> bool,
+    ) -> Result<Closed, Outcome> {
+        let Request { slot, gen } = req;
+        // Only close takes a lock over from a dead holder: it seals the whole
+        // slot whatever state the holder left (see `seal_and_free`).
+        let takeover = Takeover::IfDead(holder_alive);
+        match self.lock(slot, gen, SlotState::Closing, holder, takeover) {
+            Lock::Held | Lock::TookOver => {}
+            Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
+            Lock::Refused(why) => return Err(why),
+        }
+        Ok(self.seal_and_free(slot, gen, holder))
+    }
+
+    /// The second half of close, for the holder of the slot's `Closing`
+    /// lock: seals every kept cell, collects the values, frees the slot.
+    /// [`Closed::freed`] says whether this holder freed it (no one took
+    /// over).
+    fn seal_and_free(&self, slot: u32, gen: u32, holder: u32) -> Closed {
+        let l = self.layout;
+        let mut snap = RawSnapshot::default();
+        for edge in 0..l.edges as usize {
+            // Relaxed: stable while we hold the lock; see `start_segment`.
+            let Some(cur) = word::decode_seg(self.w(l.seg(slot, edge)).load(Ordering::Relaxed))
+            else {
+                snap.corrupt = true;
+                continue;
+            };
+            snap.dropped += u64::from((cur.count + 1).saturating_sub(l.segments));
+            for count in l.window(cur.count) {
+                let entry = l.ring(count);
+                // Relaxed: stable while we hold the lock.
+                let ew =
+                    word::decode_seg(self.w(l.entry(slot, edge, entry)).load(Ordering::Relaxed));
+                let mut seg = RawSegment {
+                    edge,
+                    index: ew.map_or(0, |e| e.index),
+                    values: Values::new(),
+                    corrupt: ew.map_or(true, |e| e.count != count),
+                };
+                for ev in 0..l.events as usize {
+                    // AcqRel: Acquire pairs with the writers' Release CAS (we
+                    // collect their values); Release orders our `Closing`
+                    // head word before the seal, for snapshots that read it.
+                    let old = self
+                        .w(l.cell(slot, edge, entry, ev))
+                        .swap(word::sealed(gen, count), Ordering::AcqRel);
+                    seg.push_cell(old);
+                }
+                snap.corrupt |= seg.corrupt;
+                snap.segments.push(seg);
+            }
+            // Then every entry outside the window: a holder that died may
+            // have laid cells there (begin's entry 0, or a start that never
+            // published its segment word). Sealing the whole slot keeps the
+            // invariant simple: after a close no cell holds an empty word.
+            let kept = l.window(cur.count);
+            for entry in 0..l.segments as usize {
+                let in_window = kept.clone().any(|c| l.ring(c) == entry);
+                if in_window {
+                    continue;
+                }
+                for ev in 0..l.events as usize {
+                    // AcqRel: as for the kept cells.
+                    self.w(l.cell(slot, edge, entry, ev))
+                        .swap(word::sealed(gen, 0), Ordering::AcqRel);
+                }
+            }
+        }
+        // Release (in `unlock`): pairs with the Acquire CAS in `begin`: the
+        // next occupant's cell stores come after our seals in every cell's
+        // modification order.
+        let freed = self.unlock(slot, gen, SlotState::Closing, holder, SlotState::Free);
+        Closed { raw: snap, freed }
+    }
+
+    /// Frees `slot` if the process that holds it is dead: the owner of an
+    /// open request (by pid and start time, so a reused pid does not count
+    /// as alive), or the holder of a control lock that was never released.
+    /// The request's values are discarded.
+    ///
+    /// `owner_alive(owner)` and `holder_alive(pid)` answer for the
+    /// caller's view of the processes. Races with live operations are
+    /// decided by the head compare-and-swap: a slot that changed since it
+    /// was judged is left alone.
+    pub(crate) fn reclaim(
+        &self,
+        slot: u32,
+        me: u32,
+        owner_alive: impl Fn(Owner) -> bool,
+        holder_alive: impl Fn(u32) -> bool,
+    ) -> Option<Reclaimed> {
+        let l = self.layout;
+        let head = self.w(l.head(slot));
+        // Acquire: pairs with begin's Release store of `Open`, so the owner
+        // words below are this request's (or a later one's: then its owner
+        // is alive, or the CAS below fails).
+        let h = head.load(Ordering::Acquire);
+        let d = word::decode_head(h)?;
+        let kind = match d.state {
+            SlotState::Free => return None,
+            SlotState::Open => {
+                if owner_alive(self.owner(slot)) {
+                    return None;
+                }
+                Reclaimed::DeadOwner
+            }
+            SlotState::Beginning | SlotState::Segmenting | SlotState::Closing => {
+                // Holder 0 is never written by edgemark: garbage, reclaimable.
+                if d.holder == me || (d.holder != 0 && holder_alive(d.holder)) {
+                    return None;
+                }
+                Reclaimed::DeadHolder
+            }
+        };
+        // Acquire: as for the control lock; the CAS fails if the slot moved
+        // on since we judged it. Relaxed on failure: nothing to do.
+        head.compare_exchange(
+            h,
+            word::head_held(d.gen, SlotState::Closing, me),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .ok()?;
+        // `seal_and_free` seals every entry, kept or not, so whatever a dead
+        // holder left half-laid is fenced too.
+        if !self.seal_and_free(slot, d.gen, me).freed {
+            return None;
+        }
+        // Relaxed: a statistics counter.
+        self.w(H_RECLAIMED).fetch_add(1, Ordering::Relaxed);
+        Some(kind)
+    }
+
+    /// Adds a closed request's final values to the histograms and counts it.
+    /// Only the close that freed the slot calls it, so each request is
+    /// counted once. Nothing here runs on the record path.
+    pub(crate) fn account_closed(&self, snap: &RawSnapshot) {
+        let events = self.layout.events as usize;
+        for seg in snap.segments.iter().filter(|s| !s.corrupt) {
+            for (ev, v) in seg.values.iter().enumerate() {
+                if let Some(v) = v {
+                    self.observe(seg.edge, ev, v.elapsed_us);
+                }
+            }
+            for ev in 0..events.saturating_sub(1) {
+                if let (Some(a), Some(b)) = (seg.values.get(ev), seg.values.get(ev + 1)) {
+                    if a.domain == b.domain && b.elapsed_us >= a.elapsed_us {
+                        self.observe(seg.edge, events + ev, b.elapsed_us - a.elapsed_us);
+                    }
+                }
+            }
+        }
+        // Relaxed: a statistics counter.
+        self.w(H_CLOSED).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds one value (or delta) in microseconds to histogram `metric` of
+    /// `edge`.
+    fn observe(&self, edge: usize, metric: usize, us: u64) {
+        let base = self.layout.hist(edge, metric);
+        // Relaxed: independent statistics counters; readers need no order
+        // among them (a scrape may see a count one ahead of its sum).
+        self.w(base + bucket(us)).fetch_add(1, Ordering::Relaxed);
+        self.w(base + BUCKETS_MS.len() + 1)
+            .fetch_add(us, Ordering::Relaxed);
+        self.w(base + BUCKETS_MS.len() + 2)
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The bucket bounds of [`BUCKETS_MS`] in microseconds.
+const BUCKET_US: [u64; BUCKETS_MS.len()] = {
+    let mut out = [0u64; BUCKETS_MS.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = (BUCKETS_MS[i] * 1000.0) as u64;
+        i += 1;
+    }
+    out
+};
+
+/// The bucket of a value in microseconds.
+fn bucket(us: u64) -> usize {
+    BUCKET_US
+        .iter()
+        .position(|b| us <= *b)
+        .unwrap_or(BUCKET_US.len())
+}

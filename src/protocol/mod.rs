@@ -1,0 +1,179 @@
+//! The recording protocol over a plain slice of atomics.
+//!
+//! `record.rs` holds the record path, `control.rs` the control operations
+//! (begin, start segment, close, reclaim) and the histogram update of a
+//! close, `read.rs` the readers (snapshot, the sweep of open slots).
+//! Nothing here knows whether the words live in a shared mapping or on the
+//! heap (the loom models run this code over heap storage). Offsets come from
+//! [`Layout`], word packings from [`crate::word`].
+//!
+//! # Protocol
+//!
+//! **Slots.** A slot's head word holds a 32-bit generation and a state:
+//!
+//! ```text
+//!   Free(g) --begin--> Beginning(g+1) --begin--> Open(g+1)
+//!   Open(g) --start_segment--> Segmenting(g) --start_segment--> Open(g)
+//!   Open(g) --close--> Closing(g) --close--> Free(g)
+//! ```
+//!
+//! `Beginning`, `Segmenting` and `Closing` are held by exactly one control
+//! operation (the head compare-and-swap that entered them is the lock), so
+//! control operations on one slot never overlap. Records take no lock: they
+//! never write the head word.
+//!
+//! **Epochs and cells.** Each edge of a slot has a ring of `K` entries; the
+//! segment with count `c` (the initial segment has count 0, each
+//! `start_segment` adds one) lives in entry `c % K`. A cell is laid for one
+//! epoch, the pair (generation, count), by storing the *empty word* of that
+//! epoch into it: `begin` lays entry 0 for `(g, 0)`, `start_segment` lays the
+//! next entry for `(g, c + 1)`. The segment word of the edge, published last,
+//! tells writers the current count and index.
+//!
+//! **Record.** A writer holding token `(slot, g)` reads the segment word,
+//! checks the segment index, and compares-and-swaps the cell from the empty
+//! word of `(g, c)` to its value. That one CAS is the whole fence:
+//!
+//! - a token of an earlier request expects an empty word with an older
+//!   generation, which no cell of the current occupant holds;
+//! - a writer of a retired segment expects the empty word of an older count,
+//!   which a relaid entry no longer holds;
+//! - `close` replaces every kept cell with a *sealed* word (by swap, which
+//!   also collects the final values), so a CAS after the seal fails and a CAS
+//!   before it is in the final snapshot;
+//! - a duplicate finds a value word instead of the empty word.
+//!
+//! A stale write could land only if a cell came back to the exact empty word
+//! the writer read, which takes 2^32 generations of the same slot while the
+//! writer is stopped between two instructions (see `docs/design.md`).
+//!
+//! **Snapshots** read the head, then each edge's segment word, then each kept
+//! entry (its entry word before and after its cells), then the head again;
+//! a snapshot that saw the slot change gives nothing rather than a mixture.
+mod control;
+mod read;
+mod record;
+
+pub(crate) use control::{Closed, Reclaimed};
+
+use crate::layout::{Layout, H_COUNTERS};
+use crate::outcome::Outcome;
+use crate::schema::MAX_EVENTS;
+use crate::sync::{AtomicU64, Ordering};
+use crate::word::{self, Cell, Value};
+
+/// The values of one edge segment, one per schema event, inline (no
+/// allocation): each a value word as read from the region, or 0 where
+/// nothing was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Values {
+    words: [u64; MAX_EVENTS],
+    len: u8,
+}
+
+impl Values {
+    pub(crate) const fn new() -> Values {
+        Values {
+            words: [0; MAX_EVENTS],
+            len: 0,
+        }
+    }
+    /// Appends one event's value (`None`: not recorded).
+    pub(crate) fn push(&mut self, v: Option<Value>) {
+        // The layout validated at most MAX_EVENTS events.
+        let i = (self.len as usize).min(MAX_EVENTS - 1);
+        self.words[i] = v.map_or(0, |v| word::value(v.domain, v.chunk_seq, v.elapsed_us));
+        self.len = self.len.saturating_add(1).min(MAX_EVENTS as u8);
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Event `i`'s value.
+    pub(crate) fn get(&self, i: usize) -> Option<Value> {
+        if i >= self.len() {
+            return None;
+        }
+        match word::decode(self.words[i]) {
+            Cell::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub(crate) fn clear(&mut self, i: usize) {
+        if i < self.len() {
+            self.words[i] = 0;
+        }
+    }
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<Value>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+    pub(crate) fn any(&self) -> bool {
+        self.words[..self.len()].iter().any(|w| *w != 0)
+    }
+}
+
+/// One kept segment of one edge, as read from the region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RawSegment {
+    pub(crate) edge: usize,
+    pub(crate) index: u32,
+    /// One entry per schema event.
+    pub(crate) values: Values,
+    pub(crate) corrupt: bool,
+}
+
+/// What a snapshot or close read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawSnapshot {
+    pub(crate) segments: Vec<RawSegment>,
+    pub(crate) dropped: u64,
+    pub(crate) corrupt: bool,
+}
+
+/// The protocol's view of a region: its words and their geometry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proto<'a> {
+    pub(crate) words: &'a [AtomicU64],
+    pub(crate) layout: &'a Layout,
+}
+
+/// A request's place in the region: its slot and the slot's generation
+/// while the request holds it (a token without the region ID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub(crate) slot: u32,
+    pub(crate) gen: u32,
+}
+
+impl RawSegment {
+    /// Appends the value a cell word read by a snapshot or a seal holds: a
+    /// value word is kept; an empty or sealed word is "not recorded"; bits
+    /// edgemark never writes are "not recorded" and mark the segment
+    /// corrupt. The one decoding of cells into values that snapshots and
+    /// close share.
+    fn push_cell(&mut self, cell: u64) {
+        self.values.push(match word::decode(cell) {
+            Cell::Value(v) => Some(v),
+            Cell::Empty { .. } | Cell::Sealed => None,
+            Cell::Corrupt => {
+                self.corrupt = true;
+                None
+            }
+        });
+    }
+}
+
+impl<'a> Proto<'a> {
+    #[inline]
+    fn w(&self, i: usize) -> &'a AtomicU64 {
+        &self.words[i]
+    }
+
+    /// Counts a refusal in the header (statistics only, hence `Relaxed`).
+    #[inline]
+    pub(crate) fn count(&self, outcome: Outcome) -> Outcome {
+        if let Some(i) = outcome.counter() {
+            self.w(H_COUNTERS + i).fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+}

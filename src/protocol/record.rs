@@ -1,0 +1,106 @@
+//! The record path: one compare-and-swap on a cell, and the classification
+//! of a refusal.
+
+use super::{Proto, Request};
+use crate::outcome::Outcome;
+use crate::sync::{fence, Ordering};
+use crate::word::{self, Cell, SlotState};
+
+impl Proto<'_> {
+    /// Records one value word. `value` turns the request's origin into the
+    /// word to store (or a refusal); it runs only when the cell is empty.
+    #[inline]
+    pub(crate) fn record(
+        &self,
+        req: Request,
+        edge: usize,
+        segment: u32,
+        event: usize,
+        value: impl FnOnce(u64) -> Result<u64, Outcome>,
+    ) -> Outcome {
+        let Request { slot, gen } = req;
+        let l = self.layout;
+        // Acquire: pairs with the Release store of the segment word in
+        // `begin` / `start_segment`; the cell and origin loads below then see
+        // the epoch's laid cells and the request's origin.
+        let sw = self.w(l.seg(slot, edge)).load(Ordering::Acquire);
+        let Some(seg) = word::decode_seg(sw) else {
+            return self.refuse(slot, gen, Outcome::Corrupt);
+        };
+        if seg.index != segment {
+            let why = if segment < seg.index {
+                Outcome::StaleSegment
+            } else {
+                Outcome::SegmentNotStarted
+            };
+            return self.refuse(slot, gen, why);
+        }
+        let cell = self.w(l.cell(slot, edge, l.ring(seg.count), event));
+        let empty = word::empty(gen, seg.count);
+        // Relaxed: only compared; the CAS below decides. Checking first keeps
+        // duplicates (the common refusal) free of a clock read and a locked
+        // instruction.
+        let seen = cell.load(Ordering::Relaxed);
+        if seen != empty {
+            return self.refuse_cell(slot, gen, seen);
+        }
+        // Relaxed: ordered after the Acquire load of the segment word, which
+        // `begin` published after storing the origin. If the slot was reused
+        // since, the CAS below fails, so a newer origin never lands.
+        let origin = self.w(l.origin(slot)).load(Ordering::Relaxed);
+        let new = match value(origin) {
+            Ok(w) => w,
+            Err(why) => return self.count(why),
+        };
+        // Release, for two pairings. With the AcqRel swap in `close`: our
+        // origin load then happens before the close, hence before any later
+        // `begin` of this slot stores a new origin. With the Acquire cell
+        // loads of `snapshot` (and the fence in `refuse_cell`): a reader that
+        // sees this value also sees the head as new as our request, so a
+        // snapshot of an older request that reads it fails its final head
+        // check (loom model m7). Relaxed on failure: the observed word is
+        // only classified.
+        match cell.compare_exchange(empty, new, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => Outcome::Recorded,
+            Err(actual) => self.refuse_cell(slot, gen, actual),
+        }
+    }
+
+    /// Classifies a refusal, giving the request's own state precedence over
+    /// the reason found on the record path.
+    #[cold]
+    fn refuse(&self, slot: u32, gen: u32, why: Outcome) -> Outcome {
+        // Acquire: pairs with the Release head stores of the control
+        // operations, so a closed or reused slot is reported as such.
+        let h = self.w(self.layout.head(slot)).load(Ordering::Acquire);
+        let outcome = match word::decode_head(h) {
+            None => Outcome::Corrupt,
+            Some(d) if d.gen != gen => Outcome::Reused,
+            Some(d) if matches!(d.state, SlotState::Open | SlotState::Segmenting) => why,
+            Some(_) => Outcome::Closed,
+        };
+        self.count(outcome)
+    }
+
+    #[cold]
+    fn refuse_cell(&self, slot: u32, gen: u32, seen: u64) -> Outcome {
+        // Acquire fence: pairs with the Release CAS (a value) or the AcqRel
+        // swap (a seal) that wrote `seen`, so the head load in `refuse` sees
+        // the slot at least as new as the request that wrote it. Without it
+        // a stale writer that read a newer request's value could be told
+        // `Duplicate` (found by the loom model m3).
+        fence(Ordering::Acquire);
+        let why = match word::decode(seen) {
+            Cell::Value(_) => Outcome::Duplicate,
+            Cell::Sealed => Outcome::Closed,
+            // An empty word names its epoch: laid by a newer request, so the
+            // answer is known without the head (which, after begin's Release
+            // fence and ours, would say the same).
+            Cell::Empty { gen: g, .. } if g != gen => return self.count(Outcome::Reused),
+            // Laid for a newer segment of this request: the entry was relaid.
+            Cell::Empty { .. } => Outcome::StaleSegment,
+            Cell::Corrupt => Outcome::Corrupt,
+        };
+        self.refuse(slot, gen, why)
+    }
+}

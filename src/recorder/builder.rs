@@ -1,0 +1,152 @@
+//! The builder of a new region.
+
+#[cfg(not(edgemark_loom))]
+use std::path::Path;
+
+use super::{ClockShare, Recorder};
+use crate::mark::Edge;
+use crate::region::{self, CreateError, Header};
+use crate::schema::{Schema, SchemaError};
+
+/// Builds a new region: its edges, slots, kept segments and schema.
+///
+/// ```
+/// use edgemark::Recorder;
+/// let dir = tempfile::tempdir().unwrap();
+/// let rec = Recorder::builder()
+///     .edge(0, 1)
+///     .edge(1, 2)
+///     .slots(64)
+///     .create(dir.path().join("pipeline.region"))
+///     .unwrap();
+/// assert_eq!(rec.edges().len(), 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct RegionBuilder {
+    edges: Vec<Edge>,
+    slots: u32,
+    segments: u32,
+    schema: Schema,
+    group_access: bool,
+    /// Why `domain` refused a name, reported by `create`.
+    bad_domain: Option<SchemaError>,
+}
+
+impl Default for RegionBuilder {
+    fn default() -> RegionBuilder {
+        RegionBuilder {
+            edges: Vec::new(),
+            slots: 4096,
+            segments: 4,
+            schema: Schema::stream_edges(),
+            group_access: false,
+            bad_domain: None,
+        }
+    }
+}
+
+impl RegionBuilder {
+    /// No edges yet, 4096 slots, 4 kept segments per edge, the default schema.
+    pub fn new() -> RegionBuilder {
+        RegionBuilder::default()
+    }
+    /// Declares the directed edge `from -> to`.
+    pub fn edge(mut self, from: u32, to: u32) -> RegionBuilder {
+        self.edges.push(Edge::new(from, to));
+        self
+    }
+    /// Declares several edges.
+    pub fn edges(mut self, edges: impl IntoIterator<Item = impl Into<Edge>>) -> RegionBuilder {
+        self.edges.extend(edges.into_iter().map(Into::into));
+        self
+    }
+    /// The number of request slots: how many requests can be open at once.
+    pub fn slots(mut self, slots: u32) -> RegionBuilder {
+        self.slots = slots;
+        self
+    }
+    /// How many of the newest segments each edge of a request keeps.
+    pub fn segments(mut self, segments: u32) -> RegionBuilder {
+        self.segments = segments;
+        self
+    }
+    /// The schema (default: [`Schema::stream_edges`]).
+    pub fn schema(mut self, schema: Schema) -> RegionBuilder {
+        self.schema = schema;
+        self
+    }
+    /// Declares a clock domain for values measured elsewhere. Invalid names
+    /// are reported by `create`.
+    pub fn domain(mut self, name: &str) -> RegionBuilder {
+        match self.schema.clone().with_domain(name) {
+            Ok(s) => self.schema = s,
+            Err(e) => self.bad_domain = Some(e),
+        }
+        self
+    }
+    /// Lets the file's group read and write the region (owner-only by
+    /// default).
+    pub fn group_access(mut self, yes: bool) -> RegionBuilder {
+        self.group_access = yes;
+        self
+    }
+
+    fn header(&self) -> Result<Header, CreateError> {
+        if let Some(bad) = &self.bad_domain {
+            return Err(CreateError::Schema(bad.clone()));
+        }
+        region::new_header(
+            &self.edges,
+            self.slots,
+            self.segments,
+            &self.schema,
+            self.group_access,
+        )
+    }
+
+    /// Creates the region file at `path` (a new file, owner-only unless
+    /// group access was asked for) and returns a recorder on it.
+    #[cfg(not(edgemark_loom))]
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<Recorder, CreateError> {
+        let path = path.as_ref();
+        let header = self.header()?;
+        let storage = region::create_file(path, &header)?;
+        Ok(Recorder::from_header(
+            storage,
+            header,
+            Some(path.to_owned()),
+            ClockShare::Shared,
+        ))
+    }
+
+    /// Creates the region in a sealed memory file that no process can shrink
+    /// or grow (so none can make another's accesses fault; see
+    /// `docs/limitations.md`). It lives while this process keeps the
+    /// recorder; others attach through [`Recorder::path`], a
+    /// `/proc/<pid>/fd/<fd>` path.
+    #[cfg(not(edgemark_loom))]
+    pub fn create_sealed(&self) -> Result<Recorder, CreateError> {
+        let header = self.header()?;
+        let sealed = region::create_sealed(&header)?;
+        Ok(Recorder::from_header(
+            sealed.storage,
+            header,
+            Some(sealed.path),
+            ClockShare::Shared,
+        ))
+    }
+
+    /// Creates a region on the heap, private to this process: the same
+    /// protocol without a file (for tests, benchmarks and single-process
+    /// use).
+    pub fn create_in_memory(&self) -> Result<Recorder, CreateError> {
+        let header = self.header()?;
+        let storage = region::create_in_memory(&header);
+        Ok(Recorder::from_header(
+            storage,
+            header,
+            None,
+            ClockShare::Shared,
+        ))
+    }
+}

@@ -1,0 +1,768 @@
+//! The public recorder: the handle every process uses.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::clock;
+use crate::domains::{Catalog, RegisterError};
+use crate::layout::{Layout, H_FLAGS};
+use crate::mark::{Edge, Mark};
+use crate::outcome::Outcome;
+use crate::process;
+use crate::protocol::{Closed, Proto, RawSnapshot, Reclaimed, Request};
+use crate::region::{self, Access, AttachError, Header, Storage};
+use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
+use crate::schema::{DomainId, EventId, Schema};
+use crate::snapshot::{RequestState, Snapshot};
+use crate::sync::Ordering;
+use crate::token::Token;
+use crate::word;
+
+mod attach;
+mod builder;
+
+pub use attach::AttachOptions;
+pub use builder::RegionBuilder;
+
+/// Whether a region's `host_monotonic` domain is this process's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClockShare {
+    /// It is (same boot, same time namespace): records may read the clock.
+    Shared,
+    /// It is not: only values measured elsewhere can be recorded.
+    Foreign,
+}
+
+/// The request a token names in its region.
+fn request(token: Token) -> Request {
+    Request {
+        slot: token.slot,
+        gen: token.gen,
+    }
+}
+
+/// The calling thread as a lock holder (its thread id).
+fn holder() -> u32 {
+    process::thread_id()
+}
+
+struct Inner {
+    storage: Storage,
+    layout: Layout,
+    /// The declared schema, also `names.schema` (kept here for the record
+    /// path, one pointer away).
+    schema: Arc<Schema>,
+    names: Arc<Catalog>,
+    edges: Vec<Edge>,
+    region_id: u64,
+    /// Whether the region's `host_monotonic` is this process's clock
+    /// ([`ClockShare::Shared`]).
+    shared_clock: bool,
+    header: Header,
+    path: Option<PathBuf>,
+}
+
+/// A handle on a region: begins, records into, segments, closes and
+/// snapshots requests. Cheap to clone (one `Arc`), `Send` and `Sync`.
+///
+/// A [`Recorder::disabled`] recorder is a value of the same type whose calls
+/// do nothing and cost about a branch, for collection that is off by default.
+///
+/// ```
+/// use edgemark::{Edge, Event, Mark, Outcome, Recorder};
+/// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+/// let token = rec.begin().unwrap();
+/// let edge = Edge::new(0, 1);
+/// let emit = Mark::new(edge, Event::ProducerFirstNonemptyEmit).chunk_seq(3);
+/// assert_eq!(rec.record(token, emit), Outcome::Recorded);
+/// assert_eq!(rec.record(token, emit), Outcome::Duplicate);
+/// let last = rec.close(token);
+/// assert_eq!(last.segment(edge, 0).unwrap().first_chunk_seq(), Some(3));
+/// assert_eq!(rec.record(token, Mark::new(edge, Event::ConsumerFirstAccept)), Outcome::Closed);
+/// ```
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Option<Arc<Inner>>,
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            None => f.write_str("Recorder(disabled)"),
+            Some(i) => f
+                .debug_struct("Recorder")
+                .field("path", &i.path)
+                .field("region_id", &format_args!("{:016x}", i.region_id))
+                .field("edges", &i.edges)
+                .field("storage", &i.storage)
+                .finish(),
+        }
+    }
+}
+
+/// The protocol view of an enabled recorder, formed once per call: the
+/// shared state and the protocol over its words.
+#[derive(Clone, Copy)]
+struct Live<'a> {
+    inner: &'a Inner,
+    proto: Proto<'a>,
+}
+
+impl Inner {
+    /// The token of a request of this region.
+    fn token(&self, req: Request) -> Token {
+        Token {
+            region: self.region_id,
+            slot: req.slot,
+            gen: req.gen,
+        }
+    }
+
+    /// Whether pids found in the region can be judged by this process: it
+    /// is in the creator's pid namespace and no process from another one has
+    /// attached.
+    fn trusts_pids(&self) -> bool {
+        // Relaxed: see `from_opened`.
+        let flags = self.storage.words()[H_FLAGS].load(Ordering::Relaxed);
+        flags & region::FLAG_MIXED_PID_NS == 0
+            && self.header.pid_namespace == process::pid_namespace()
+    }
+
+    /// Liveness of a lock holder as this process may judge it: alive unless
+    /// pids can be trusted and the thread is gone.
+    fn holder_alive(&self) -> impl Fn(u32) -> bool {
+        let trust = self.trusts_pids();
+        move |tid| !trust || process::pid_alive(tid)
+    }
+
+    /// Checks a token and a mark against the region; on success gives the
+    /// edge's index.
+    #[inline]
+    fn check_mark(&self, token: Token, mark: &Mark) -> Result<usize, Outcome> {
+        if token.region != self.region_id {
+            return Err(Outcome::ForeignToken);
+        }
+        if token.slot >= self.layout.slots || token.gen == 0 {
+            return Err(Outcome::Invalid);
+        }
+        if mark.event.0 as u32 >= self.layout.events {
+            return Err(Outcome::UnknownEvent);
+        }
+        self.edges
+            .iter()
+            .position(|e| *e == mark.edge)
+            .ok_or(Outcome::UnknownEdge)
+    }
+
+    /// The chunk field of a value word, checked.
+    #[inline]
+    fn chunk(&self, mark: &Mark) -> Result<Option<u64>, Outcome> {
+        let spec = &self.schema.events()[mark.event.0 as usize];
+        match mark.chunk_seq {
+            Some(c) if spec.keeps_chunk_seq() => {
+                if c > word::MAX_CHUNK_SEQ {
+                    Err(Outcome::OutOfRange)
+                } else {
+                    Ok(Some(c))
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The id of a domain that is not declared: registered or found in the
+    /// region's table.
+    fn resolve_domain(&self, name: &str) -> Result<DomainId, Outcome> {
+        self.names
+            .resolve(self.storage.words(), name)
+            .map_err(|e| match e {
+                RegisterError::BadName => Outcome::UnknownDomain,
+                RegisterError::Full => Outcome::DomainTableFull,
+            })
+    }
+
+    /// The public snapshot of a raw one, with values no edgemark process
+    /// writes left out.
+    fn detach(&self, mut raw: RawSnapshot, state: RequestState) -> Snapshot {
+        crate::snapshot::sanitize(&mut raw, &self.names, self.storage.words());
+        Snapshot::from_raw(raw, state, &self.names, &self.edges)
+    }
+}
+
+impl Recorder {
+    /// The protocol view, if this recorder is enabled.
+    #[inline]
+    fn live(&self) -> Option<Live<'_>> {
+        let inner = self.inner.as_deref()?;
+        Some(Live {
+            inner,
+            proto: Proto {
+                words: inner.storage.words(),
+                layout: &inner.layout,
+            },
+        })
+    }
+
+    /// The protocol view, if this recorder is enabled and `token` could name
+    /// a request of its region.
+    fn live_for(&self, token: Token) -> Option<Live<'_>> {
+        let live = self.live()?;
+        let inner = live.inner;
+        (token.region == inner.region_id && token.slot < inner.layout.slots && token.gen != 0)
+            .then_some(live)
+    }
+
+    /// The protocol view for a call that writes the region: enabled and not
+    /// attached read-only.
+    #[inline]
+    fn live_mut(&self) -> Result<Live<'_>, Outcome> {
+        let live = self.live().ok_or(Outcome::Disabled)?;
+        match live.inner.storage.access() {
+            Access::ReadWrite => Ok(live),
+            Access::ReadOnly => Err(Outcome::ReadOnly),
+        }
+    }
+
+    /// The protocol view for a sweep of all slots: `None` when disabled, an
+    /// error if the region's file no longer has its full length (see
+    /// [`Recorder::check`]).
+    fn live_for_sweep(&self) -> Result<Option<Live<'_>>, AttachError> {
+        match self.live() {
+            None => Ok(None),
+            Some(live) => live.inner.storage.check_len().map(|()| Some(live)),
+        }
+    }
+}
+
+impl Live<'_> {
+    /// Every open request, in slot order, for `f`; stops and fails as soon
+    /// as an access found the file shrunk (its pages then read as zeros).
+    /// Slots in a hole of the file are skipped: never written, they are
+    /// free ([`Storage::slot_runs`]).
+    fn sweep(&self, mut f: impl FnMut(Request)) -> Result<(), AttachError> {
+        let storage = &self.inner.storage;
+        let mut faulted = false;
+        storage.slot_runs(&self.inner.layout, |from, to| {
+            if faulted {
+                return;
+            }
+            for req in self.proto.open_slots(from, to) {
+                if storage.faulted() {
+                    faulted = true;
+                    return;
+                }
+                f(req);
+            }
+        });
+        if faulted || storage.faulted() {
+            return Err(AttachError::Shrunk);
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    /// A builder for a new region.
+    pub fn builder() -> RegionBuilder {
+        RegionBuilder::new()
+    }
+
+    /// Attaches to an existing region file with default options: the same as
+    /// `AttachOptions::new().attach(path)`.
+    #[cfg(not(edgemark_loom))]
+    pub fn attach(path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
+        AttachOptions::new().attach(path)
+    }
+
+    /// A recorder that records nothing: every call returns
+    /// [`Outcome::Disabled`] or an empty snapshot.
+    pub const fn disabled() -> Recorder {
+        Recorder { inner: None }
+    }
+
+    fn from_header(
+        storage: Storage,
+        header: Header,
+        path: Option<PathBuf>,
+        clock: ClockShare,
+    ) -> Recorder {
+        let schema = Arc::new(header.schema.clone());
+        Recorder {
+            inner: Some(Arc::new(Inner {
+                layout: header.layout,
+                names: Arc::new(Catalog::new(Arc::clone(&schema))),
+                schema,
+                edges: header.edges.clone(),
+                region_id: header.region_id,
+                shared_clock: clock == ClockShare::Shared,
+                storage,
+                header,
+                path,
+            })),
+        }
+    }
+
+    /// Whether this recorder records (it is not [`Recorder::disabled`]).
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Begins a request: claims a free slot, sets the request's origin to
+    /// now on the shared clock, and mints its token.
+    ///
+    /// Fails open: a full region gives [`Outcome::RegionFull`] (counted), a
+    /// disabled recorder [`Outcome::Disabled`]; the request then runs
+    /// unrecorded.
+    pub fn begin(&self) -> Result<Token, Outcome> {
+        let Live { inner, proto } = self.live_mut()?;
+        let mut owner = process::owner_identity();
+        // A start time is only comparable in the region's time namespace.
+        if !inner.shared_clock {
+            owner.start_ticks = 0;
+        }
+        match proto.begin(clock::monotonic_ns(), owner, holder()) {
+            Some(req) => Ok(inner.token(req)),
+            None => Err(proto.count(Outcome::RegionFull)),
+        }
+    }
+
+    /// Records `mark` for the request `token` at the current time on the
+    /// shared clock (elapsed from the request's origin).
+    ///
+    /// The record path is one compare-and-swap on the event's cell plus the
+    /// clock read: no lock, no allocation, no system call, no shared counter
+    /// written on success. It never panics; see [`Outcome`] for what it can
+    /// say.
+    #[inline]
+    pub fn record(&self, token: Token, mark: Mark) -> Outcome {
+        let Live { inner, proto } = match self.live_mut() {
+            Ok(live) => live,
+            Err(why) => return why,
+        };
+        if !mark.meaningful {
+            return Outcome::NotMeaningful;
+        }
+        let edge = match inner.check_mark(token, &mark) {
+            Ok(e) => e,
+            Err(why) => return proto.count(why),
+        };
+        let domain = inner.schema.events()[mark.event.0 as usize].domain();
+        if !inner.shared_clock || domain.0 != 0 {
+            return proto.count(Outcome::ClockMismatch);
+        }
+        let chunk = match inner.chunk(&mark) {
+            Ok(c) => c,
+            Err(why) => return proto.count(why),
+        };
+        proto.record(
+            request(token),
+            edge,
+            mark.segment,
+            mark.event.0 as usize,
+            |origin| {
+                let now = clock::monotonic_ns();
+                if now < origin {
+                    return Err(Outcome::Invalid);
+                }
+                let us = (now - origin) / 1000;
+                if us > word::MAX_ELAPSED_US {
+                    return Err(Outcome::OutOfRange);
+                }
+                Ok(word::value(0, chunk, us))
+            },
+        )
+    }
+
+    /// Records `mark` with an elapsed time measured elsewhere: `elapsed_ms`
+    /// milliseconds from the request's origin in the clock domain `domain`,
+    /// for worker-local durations and other clocks.
+    ///
+    /// A domain the region does not hold yet is registered on first use
+    /// (see [`Recorder::register_domain`]). A negative, infinite or NaN
+    /// elapsed time is refused as [`Outcome::Invalid`] and leaves no state.
+    /// Values are kept to the microsecond.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event, Mark, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// let emit = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit);
+    /// assert!(rec.record_elapsed(t, emit, 10.0, "talker_worker").is_success());
+    /// let snap = rec.snapshot(t);
+    /// let seg = snap.segment(Edge::new(0, 1), 0).unwrap();
+    /// assert_eq!(seg.domain(Event::ProducerFirstNonemptyEmit), Some("talker_worker"));
+    /// assert_eq!(seg.elapsed_ms(Event::ProducerFirstNonemptyEmit), Some(10.0));
+    /// ```
+    pub fn record_elapsed(
+        &self,
+        token: Token,
+        mark: Mark,
+        elapsed_ms: f64,
+        domain: &str,
+    ) -> Outcome {
+        let Live { inner, proto } = match self.live_mut() {
+            Ok(live) => live,
+            Err(why) => return why,
+        };
+        if !mark.meaningful {
+            return Outcome::NotMeaningful;
+        }
+        if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
+            return proto.count(Outcome::Invalid);
+        }
+        let edge = match inner.check_mark(token, &mark) {
+            Ok(e) => e,
+            Err(why) => return proto.count(why),
+        };
+        let domain = match inner.schema.domain(domain) {
+            Some(d) => d,
+            None => match inner.resolve_domain(domain) {
+                Ok(d) => d,
+                Err(why) => return proto.count(why),
+            },
+        };
+        if domain.0 == 0 && !inner.shared_clock {
+            return proto.count(Outcome::ClockMismatch);
+        }
+        let us = (elapsed_ms * 1000.0).round();
+        if us > word::MAX_ELAPSED_US as f64 {
+            return proto.count(Outcome::OutOfRange);
+        }
+        let chunk = match inner.chunk(&mark) {
+            Ok(c) => c,
+            Err(why) => return proto.count(why),
+        };
+        let value = word::value(domain.0, chunk, us as u64);
+        proto.record(
+            request(token),
+            edge,
+            mark.segment,
+            mark.event.0 as usize,
+            |_| Ok(value),
+        )
+    }
+
+    /// The id of the clock domain `name`, registering it in the region if no
+    /// process has yet. Registration is lock-free and idempotent: processes
+    /// that register one name at once get one id. A region holds at most
+    /// [`MAX_DOMAINS`](crate::MAX_DOMAINS) domains, declared and registered
+    /// together.
+    ///
+    /// Errors: [`Outcome::UnknownDomain`] for a name that cannot name a
+    /// domain (empty or blank, over 32 bytes, a control character),
+    /// [`Outcome::DomainTableFull`] (counted) when the table is full,
+    /// [`Outcome::Disabled`].
+    ///
+    /// ```
+    /// # use edgemark::{DomainId, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// assert_eq!(rec.register_domain("host_monotonic"), Ok(DomainId::HOST_MONOTONIC));
+    /// let sender = rec.register_domain("sender").unwrap();
+    /// assert_eq!(rec.register_domain("sender"), Ok(sender));
+    /// assert_eq!(rec.domains(), ["host_monotonic", "sender"]);
+    /// ```
+    pub fn register_domain(&self, name: &str) -> Result<DomainId, Outcome> {
+        let Live { inner, proto } = self.live_mut()?;
+        if let Some(d) = inner.schema.domain(name) {
+            return Ok(d);
+        }
+        inner.resolve_domain(name).map_err(|why| match why {
+            Outcome::DomainTableFull => proto.count(why),
+            other => other,
+        })
+    }
+
+    /// Every clock domain of the region, declared and registered, in id
+    /// order; empty when disabled.
+    pub fn domains(&self) -> Vec<String> {
+        self.live()
+            .map_or_else(Vec::new, |live| live.inner.names.all(live.proto.words))
+    }
+
+    /// Starts segment `segment` on `edge` of the request: a control
+    /// operation (recording never advances a segment). The old segment is
+    /// fenced: later records for it are refused as
+    /// [`Outcome::StaleSegment`]. The newest segments are kept (see
+    /// [`RegionBuilder::segments`]); older ones are dropped and counted.
+    ///
+    /// `segment` must be greater than the current one; otherwise the call
+    /// is refused as [`Outcome::StaleSegment`].
+    pub fn start_segment(&self, token: Token, edge: impl Into<Edge>, segment: u32) -> Outcome {
+        let Live { inner, proto } = match self.live_mut() {
+            Ok(live) => live,
+            Err(why) => return why,
+        };
+        let edge = edge.into();
+        let mark = Mark::new(edge, EventId(0));
+        let edge = match inner.check_mark(token, &mark) {
+            Ok(e) => e,
+            Err(why) => return proto.count(why),
+        };
+        proto.start_segment(request(token), edge, segment, holder())
+    }
+
+    /// Closes the request and returns its final snapshot.
+    ///
+    /// Idempotent: closing a closed, reused or foreign token returns an empty
+    /// snapshot in state [`RequestState::Gone`]. If another control
+    /// operation of a live process holds the request for about a second, the
+    /// result is an empty snapshot in state [`RequestState::Busy`] and the
+    /// request stays open: close again. A process that died holding it is
+    /// taken over. Every removal path
+    /// (completion, abort, disconnect, timeout, error) should call it; it
+    /// never fails the rest of a cleanup. Late records are refused, and the
+    /// slot can be reused at once.
+    pub fn close(&self, token: Token) -> Snapshot {
+        let Some(Live { inner, proto }) = self.live_for(token) else {
+            return Snapshot::gone();
+        };
+        if inner.storage.access() == Access::ReadOnly {
+            return Snapshot::gone();
+        }
+        match proto.close(request(token), holder(), &inner.holder_alive()) {
+            Ok(Closed { mut raw, freed }) => {
+                crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
+                if freed {
+                    // Only the close that freed the slot counts the request,
+                    // so each is counted once.
+                    proto.account_closed(&raw);
+                }
+                Snapshot::from_raw(raw, RequestState::Closed, &inner.names, &inner.edges)
+            }
+            Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
+            Err(_) => Snapshot::gone(),
+        }
+    }
+
+    /// A detached snapshot of the request as it is now. An empty snapshot in
+    /// state [`RequestState::Gone`] if the token names no open request.
+    pub fn snapshot(&self, token: Token) -> Snapshot {
+        let Some(Live { inner, proto }) = self.live_for(token) else {
+            return Snapshot::gone();
+        };
+        match proto.snapshot(request(token)) {
+            Some(raw) => inner.detach(raw, RequestState::Open),
+            None => Snapshot::gone(),
+        }
+    }
+
+    /// Checks that the region's file still has its full length and that no
+    /// access has found it shrunk since it was attached (another process
+    /// with write access can shrink it; see `docs/design.md`, "A file shrunk
+    /// under a mapping"). Sweeps of all slots call this first and fail with
+    /// its error; single-request calls do not (it is a system call). An
+    /// in-memory region always passes.
+    pub fn check(&self) -> Result<(), AttachError> {
+        self.live()
+            .map_or(Ok(()), |live| live.inner.storage.check_len())
+    }
+
+    /// The tokens of every open request, in slot order (a sweep of all
+    /// slots). Empty when disabled.
+    ///
+    /// Errors: what [`Recorder::check`] says before the sweep, or
+    /// [`AttachError::Shrunk`] if the file was found shrunk during it.
+    pub fn open_requests(&self) -> Result<Vec<Token>, AttachError> {
+        let mut out = Vec::new();
+        if let Some(live) = self.live_for_sweep()? {
+            live.sweep(|req| out.push(live.inner.token(req)))?;
+        }
+        Ok(out)
+    }
+
+    /// Snapshots of every open request: one sweep of the region, collected.
+    /// [`Recorder::for_each_open`] does the same without holding them all.
+    /// Errors as [`Recorder::for_each_open`].
+    pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, AttachError> {
+        let mut out = Vec::new();
+        self.for_each_open(|t, s| out.push((t, s)))?;
+        Ok(out)
+    }
+
+    /// One sweep of the region: calls `f` with the token and a snapshot of
+    /// each open request, slot by slot, one snapshot at a time (a request
+    /// closed while the sweep passes is left out).
+    ///
+    /// Errors: what [`Recorder::check`] says before the sweep (nothing is
+    /// swept), or [`AttachError::Shrunk`] if the file was found shrunk
+    /// during it (the sweep stops there; what `f` was given before is
+    /// real).
+    ///
+    /// ```
+    /// # use edgemark::Recorder;
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// let mut open = 0;
+    /// rec.for_each_open(|token, snapshot| {
+    ///     assert_eq!(token, t);
+    ///     assert!(snapshot.is_empty());
+    ///     open += 1;
+    /// })?;
+    /// assert_eq!(open, 1);
+    /// # Ok::<(), edgemark::AttachError>(())
+    /// ```
+    pub fn for_each_open(&self, mut f: impl FnMut(Token, Snapshot)) -> Result<(), AttachError> {
+        let Some(live) = self.live_for_sweep()? else {
+            return Ok(());
+        };
+        let Live { inner, proto } = live;
+        live.sweep(|req| {
+            if let Some(raw) = proto.snapshot(req) {
+                // A snapshot read from a page replaced under it is zeros,
+                // which no open request holds: `snapshot` gives `None` for
+                // it, and the sweep fails at its next slot.
+                f(inner.token(req), inner.detach(raw, RequestState::Open));
+            }
+        })
+    }
+
+    /// The owner identity of the process that began the request in
+    /// `token`'s slot.
+    pub fn owner(&self, token: Token) -> Option<Owner> {
+        let live = self.live_for(token)?;
+        Some(live.proto.owner(token.slot))
+    }
+
+    /// The region's schema; `None` when disabled.
+    pub fn schema(&self) -> Option<&Schema> {
+        self.live().map(|live| &*live.inner.schema)
+    }
+
+    /// The declared edges, in order; empty when disabled.
+    pub fn edges(&self) -> &[Edge] {
+        self.live().map_or(&[], |live| &live.inner.edges)
+    }
+
+    /// The id of the event called `name` in the region's schema.
+    pub fn event(&self, name: &str) -> Option<EventId> {
+        self.schema()?.event(name)
+    }
+
+    /// The region file's path, for a file-backed region.
+    pub fn path(&self) -> Option<&Path> {
+        self.live()?.inner.path.as_deref()
+    }
+
+    /// The region's geometry and identity; `None` when disabled.
+    pub fn info(&self) -> Option<RegionInfo> {
+        let i = self.live()?.inner;
+        let h = &i.header;
+        Some(RegionInfo {
+            region_id: h.region_id,
+            slots: h.layout.slots,
+            segments: h.layout.segments,
+            slot_stride: h.layout.slot_stride_bytes(),
+            slots_offset: h.layout.slots_offset_bytes(),
+            bytes: h.layout.bytes(),
+            clock: h.clock,
+            shares_clock: i.shared_clock,
+            created_unix_ns: h.created_unix_ns,
+            creator_pid: h.creator_pid,
+            group_access: h.group_access,
+        })
+    }
+
+    /// Frees the slots of dead processes: open requests whose owner (the
+    /// process that began them, by pid and start time, so a reused pid does
+    /// not fool it) is gone, and control operations whose process died
+    /// holding the slot. Live owners' slots are left alone. The freed
+    /// requests' values are discarded.
+    ///
+    /// Assumes every process sharing the region is in this process's pid
+    /// namespace (see `docs/limitations.md`).
+    ///
+    /// Frees nothing when pids cannot be trusted: this process is in another
+    /// pid namespace than the region's creator, or some process from another
+    /// one has attached (`docs/limitations.md`).
+    ///
+    /// Errors: as [`Recorder::reclaim_where`].
+    pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, AttachError> {
+        let Some(Live { inner, .. }) = self.live() else {
+            return Ok(ReclaimReport::default());
+        };
+        if inner.storage.access() == Access::ReadOnly {
+            return Err(AttachError::ReadOnly);
+        }
+        if !inner.trusts_pids() {
+            return Ok(ReclaimReport::default());
+        }
+        // Start times are compared only in the region's time namespace.
+        let compare_start = inner.shared_clock;
+        self.reclaim_where(
+            |owner| {
+                let start = if compare_start { owner.start_ticks } else { 0 };
+                !process::owner_alive(owner.pid, start)
+            },
+            |tid| !process::pid_alive(tid),
+        )
+    }
+
+    /// [`Recorder::reclaim_dead_owners`] with the caller's own judgement of
+    /// which processes are gone: `owner_dead` for the owner of an open
+    /// request, `holder_dead` for the pid holding a slot's control lock.
+    /// A slot that changes while it is judged is left alone.
+    ///
+    /// Errors: [`AttachError::ReadOnly`] for a read-only recorder; what
+    /// [`Recorder::check`] says before the sweep; [`AttachError::Shrunk`] if
+    /// the file was found shrunk during it (what was freed before stays
+    /// freed).
+    pub fn reclaim_where(
+        &self,
+        owner_dead: impl Fn(Owner) -> bool,
+        holder_dead: impl Fn(u32) -> bool,
+    ) -> Result<ReclaimReport, AttachError> {
+        let mut report = ReclaimReport::default();
+        let Some(Live { inner, proto }) = self.live_for_sweep()? else {
+            return Ok(report);
+        };
+        if inner.storage.access() == Access::ReadOnly {
+            return Err(AttachError::ReadOnly);
+        }
+        let me = holder();
+        let owner_alive = |owner| !owner_dead(owner);
+        let holder_alive = |pid| !holder_dead(pid);
+        let mut faulted = false;
+        inner.storage.slot_runs(&inner.layout, |from, to| {
+            for slot in from..to {
+                if faulted || inner.storage.faulted() {
+                    faulted = true;
+                    return;
+                }
+                match proto.reclaim(slot, me, owner_alive, holder_alive) {
+                    Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
+                    Some(Reclaimed::DeadHolder) => report.dead_holders += 1,
+                    None => {}
+                }
+            }
+        });
+        if faulted || inner.storage.faulted() {
+            return Err(AttachError::Shrunk);
+        }
+        Ok(report)
+    }
+
+    /// The region's counters of refused records and dropped segments.
+    pub fn counters(&self) -> Counters {
+        self.live()
+            .map_or_else(Counters::default, |live| report::counters(live.proto.words))
+    }
+
+    /// The histograms of every closed request's values and deltas, per edge:
+    /// for each edge, one per schema event, then one per delta between
+    /// consecutive events (recorded in one clock domain, in order).
+    ///
+    /// Empty when disabled. Errors as [`Recorder::check`], before or after
+    /// the histograms are read.
+    pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
+        let Some(Live { inner, proto }) = self.live_for_sweep()? else {
+            return Ok(Vec::new());
+        };
+        let h = report::histograms(proto.words, proto.layout, &inner.schema, &inner.edges);
+        if inner.storage.faulted() {
+            return Err(AttachError::Shrunk);
+        }
+        Ok(h)
+    }
+}

@@ -1,0 +1,18 @@
+//! Creating, attaching and validating regions.
+//!
+//! This layer only produces a validated slice of atomic words (from a shared
+//! mapping or from the heap) plus the geometry and schema read from its
+//! header; the protocol runs over that slice, and the recorder builds itself
+//! from the two. `header.rs` is the header codec, `map.rs` the storage
+//! (files, sealed memory files, mappings, heap copies), `error.rs` the
+//! errors.
+
+mod error;
+mod header;
+mod map;
+
+pub use error::{AttachError, CreateError};
+pub(crate) use header::{new_header, Header, FLAG_MIXED_PID_NS};
+#[cfg(not(edgemark_loom))]
+pub(crate) use map::{create_file, create_sealed, open_file};
+pub(crate) use map::{create_in_memory, open_copy, Access, FileOwner, Opened, Storage};

@@ -1,0 +1,201 @@
+//! The read-only reports on a region: its geometry and identity, a
+//! request's owner, what a reclaim freed, the counters, and the histograms
+//! of closed requests with the code that reads them. Plain values with no
+//! reference into the region.
+//!
+//! The histograms live in the region, between the header and the slots.
+//! The close that ends a request (the one holder of its `Closing` lock, in
+//! `protocol/control.rs`) adds each of its final values, and each delta
+//! between consecutive events of one segment, to them. Closed requests
+//! therefore reach any reader, such as the Prometheus exporter, as monotonic
+//! counters in the region: each is counted exactly once, however often a
+//! reader polls, and a reader that restarts loses and repeats nothing.
+//! Nothing here runs on the record path.
+
+use crate::clock::ClockIdentity;
+use crate::layout::{Layout, BUCKETS_MS, HIST_WORDS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
+use crate::mark::Edge;
+use crate::outcome::Outcome;
+use crate::schema::Schema;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The geometry and identity of a region, as its header declares them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// The region's random ID (tokens carry it).
+    pub region_id: u64,
+    /// Request slots.
+    pub slots: u32,
+    /// Segments kept per edge of a request.
+    pub segments: u32,
+    /// Bytes per slot.
+    pub slot_stride: u64,
+    /// Where slot 0 begins, in bytes (after the header and the histograms).
+    pub slots_offset: u64,
+    /// Bytes in all.
+    pub bytes: u64,
+    /// The clock the region's `host_monotonic` domain is.
+    pub clock: ClockIdentity,
+    /// Whether this process shares that clock.
+    pub shares_clock: bool,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// The creating process.
+    pub creator_pid: u64,
+    /// Whether the file's group may use it.
+    pub group_access: bool,
+}
+
+/// The identity of a process that began a request: its pid and its start
+/// time, which tells a reused pid from the original.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    /// The process ID.
+    pub pid: u64,
+    /// The process's start time in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`).
+    pub start_ticks: u64,
+}
+
+/// What [`Recorder::reclaim_dead_owners`](crate::Recorder::reclaim_dead_owners) freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReclaimReport {
+    /// Open requests whose owner process is gone.
+    pub dead_owners: u32,
+    /// Slots left locked by a process that died inside begin, start segment
+    /// or close.
+    pub dead_holders: u32,
+}
+
+impl ReclaimReport {
+    /// Slots freed in all.
+    pub fn freed(&self) -> u32 {
+        self.dead_owners + self.dead_holders
+    }
+}
+
+/// The region's counters: refused records by reason, dropped segments,
+/// closed and reclaimed requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Count of each counted refusal, in [`Outcome::COUNTED`] order.
+    pub refused: Vec<(Outcome, u64)>,
+    /// Segments that left a request's window of kept segments.
+    pub dropped_segments: u64,
+    /// Requests closed, each counted once by the close that ended it.
+    pub closed_requests: u64,
+    /// Requests freed by a reclaim (their values are not in the histograms).
+    pub reclaimed_requests: u64,
+}
+
+/// One histogram of a region's closed requests: an edge, and an event or a
+/// delta between two consecutive events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdgeHistogram {
+    /// The edge.
+    pub edge: Edge,
+    /// The event's name, or for a delta `"<from event>__to__<to event>"`.
+    pub metric: String,
+    /// For a delta, the two events it spans.
+    pub delta: Option<(String, String)>,
+    /// The counts.
+    pub histogram: Histogram,
+}
+
+/// One histogram as read from a region: counts per bucket (not cumulative),
+/// sum and count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Histogram {
+    /// Count of values in each bucket of [`crate::BUCKETS_MS`], then of the
+    /// values above the last bound.
+    pub buckets: Vec<u64>,
+    /// Sum of the values, in milliseconds.
+    pub sum_ms: f64,
+    /// Number of values.
+    pub count: u64,
+}
+
+impl Histogram {
+    /// `(upper bound in ms, cumulative count)` pairs, ending with
+    /// `(+inf, count)`: the form Prometheus expects.
+    pub fn cumulative(&self) -> Vec<(f64, u64)> {
+        let mut total = 0u64;
+        let mut out: Vec<(f64, u64)> = BUCKETS_MS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(le, n)| {
+                total = total.saturating_add(*n);
+                (*le, total)
+            })
+            .collect();
+        out.push((f64::INFINITY, self.count));
+        out
+    }
+}
+
+/// Reads histogram `metric` of `edge`.
+fn read_histogram(words: &[AtomicU64], l: &Layout, edge: usize, metric: usize) -> Histogram {
+    let base = l.hist(edge, metric);
+    // Relaxed: statistics; see `Proto::observe`, which adds to them.
+    let get = |i: usize| words[base + i].load(Ordering::Relaxed);
+    // Counts written by another process may be garbage: clamp them so that
+    // no reader summing the buckets can overflow.
+    let mut total = 0u64;
+    let buckets = (0..=BUCKETS_MS.len())
+        .map(|i| {
+            let v = get(i).min(u64::MAX - total);
+            total += v;
+            v
+        })
+        .collect();
+    Histogram {
+        buckets,
+        sum_ms: get(BUCKETS_MS.len() + 1) as f64 / 1000.0,
+        count: get(HIST_WORDS - 1),
+    }
+}
+
+/// Reads the region's counters.
+pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
+    // Relaxed: statistics.
+    Counters {
+        refused: Outcome::COUNTED
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (*o, w[H_COUNTERS + i].load(Ordering::Relaxed)))
+            .collect(),
+        dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
+        closed_requests: w[H_CLOSED].load(Ordering::Relaxed),
+        reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
+    }
+}
+
+/// Reads every histogram of the region: for each edge, one per schema
+/// event, then one per delta between consecutive events.
+pub(crate) fn histograms(
+    w: &[AtomicU64],
+    l: &Layout,
+    schema: &Schema,
+    edges: &[Edge],
+) -> Vec<EdgeHistogram> {
+    let names: Vec<&str> = schema.events().iter().map(|e| e.name()).collect();
+    let n = names.len();
+    let mut out = Vec::with_capacity(edges.len() * l.hists_per_edge());
+    for (e, edge) in edges.iter().enumerate() {
+        for m in 0..l.hists_per_edge() {
+            let (metric, delta) = if m < n {
+                (names[m].to_owned(), None)
+            } else {
+                let (a, b) = (names[m - n], names[m - n + 1]);
+                (format!("{a}__to__{b}"), Some((a.to_owned(), b.to_owned())))
+            };
+            out.push(EdgeHistogram {
+                edge: *edge,
+                metric,
+                delta,
+                histogram: read_histogram(w, l, e, m),
+            });
+        }
+    }
+    out
+}
