@@ -375,7 +375,7 @@ fn a_file_shrunk_under_a_reader_stops_its_sweeps_instead_of_faulting() {
 fn watch_exits_with_one_line_when_its_region_is_shrunk() {
     let dir = tempfile::tempdir().unwrap();
     let (p, _owner) = region_file(dir.path());
-    let watch = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let watch = Command::new(common::edgemark_bin())
         .arg("watch")
         .arg(&p)
         .args(["--interval", "0.05", "--count", "400"])
@@ -409,7 +409,7 @@ fn a_recorder_touching_a_shrunk_page_faults_and_a_sealed_region_cannot_be_shrunk
     let (p, owner) = region_file(dir.path());
     let ts: Vec<Token> = (0..8).map(|_| owner.begin().unwrap()).collect();
     let far = *ts.iter().max_by_key(|t| t.slot()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let mut child = Command::new(common::edgemark_bin())
         .arg("batch")
         .arg(&p)
         .stdin(Stdio::piped())
@@ -447,7 +447,7 @@ fn a_recorder_touching_a_shrunk_page_faults_and_a_sealed_region_cannot_be_shrunk
     let e = f.set_len(4096).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EPERM));
     let t = sealed.begin().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let out = Command::new(common::edgemark_bin())
         .arg("record")
         .arg(&path)
         .arg(t.to_string())

@@ -1,17 +1,11 @@
 //! The `edgemark` command: create, inspect and drive regions from a shell.
 
-#[cfg(edgemark_loom)]
-fn main() {}
-
-#[cfg(not(edgemark_loom))]
 fn main() {
     cli::main()
 }
 
-#[cfg(not(edgemark_loom))]
 mod demo;
 
-#[cfg(not(edgemark_loom))]
 mod cli {
     use std::io::{BufRead, Write};
     use std::path::{Path, PathBuf};
