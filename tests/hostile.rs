@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 mod common;
 
 use common::Rng;
-use edgemark::export::Exporter;
+use edgemark::export::{self, Format};
 use edgemark::{
     AttachError, AttachOptions, Edge, Event, Event::*, Mark, Outcome, Recorder, RequestState, Token,
 };
@@ -104,7 +104,7 @@ fn exercise(rec: &Recorder) -> (usize, bool) {
         );
     }
     let _ = rec.reclaim_where(|_| true, |_| true);
-    let _ = Exporter::new(rec.clone()).encode();
+    let _ = export::render(rec, Format::OpenMetrics);
     (open.len(), corrupt)
 }
 
@@ -361,7 +361,7 @@ fn a_file_shrunk_under_a_reader_stops_its_sweeps_instead_of_faulting() {
     assert!(reader.snapshot_open().is_empty());
     assert!(reader.histograms().is_empty());
     assert_eq!(reader.reclaim_dead_owners().freed(), 0);
-    let text = Exporter::new(reader.clone()).encode();
+    let text = export::render(&reader, Format::OpenMetrics);
     assert!(text.contains("edgemark_region_ok 0"), "{text}");
     assert!(!text.contains("edgemark_open_requests"));
     // Attaching now is refused outright.

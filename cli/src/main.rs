@@ -5,6 +5,7 @@ fn main() {
 }
 
 mod demo;
+mod serve;
 
 mod cli {
     use std::io::{BufRead, Write};
@@ -312,21 +313,18 @@ mod cli {
                 serve_for,
             } => {
                 let rec = attach_for_reading(&path)?;
-                let server = edgemark::export::Exporter::new(rec)
-                    .serve(listen.as_str())
-                    .with_context(|| format!("cannot listen on {listen}"))?;
-                println!("serving http://{}/metrics", server.local_addr());
-                std::io::stdout().flush()?;
-                match serve_for {
+                let serve_for = match serve_for {
                     Some(s) if s.is_finite() && s >= 0.0 => {
-                        std::thread::sleep(std::time::Duration::from_secs_f64(s))
+                        Some(std::time::Duration::from_secs_f64(s))
                     }
                     Some(_) => bail!("--serve-for must be a number of seconds"),
-                    None => loop {
-                        std::thread::park();
-                    },
-                }
-                server.shutdown();
+                    None => None,
+                };
+                let listener = std::net::TcpListener::bind(listen.as_str())
+                    .with_context(|| format!("cannot listen on {listen}"))?;
+                println!("serving http://{}/metrics", listener.local_addr()?);
+                std::io::stdout().flush()?;
+                crate::serve::serve(rec, listener, serve_for)?;
             }
             Command::Reclaim { path } => {
                 let rec = attach_for_reading(&path)?;
