@@ -418,7 +418,7 @@ fn a_recorder_touching_a_shrunk_page_faults_and_a_sealed_region_cannot_be_shrunk
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    writeln!(stdin, "record {far} 0->1 0 consumer_first_accept").unwrap();
+    writeln!(stdin, "record {far} 0->1 consumer_first_accept").unwrap();
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "recorded");
@@ -428,7 +428,7 @@ fn a_recorder_touching_a_shrunk_page_faults_and_a_sealed_region_cannot_be_shrunk
         .unwrap()
         .set_len(4096)
         .unwrap();
-    writeln!(stdin, "record {far} 0->1 0 producer_first_nonempty_emit").unwrap();
+    writeln!(stdin, "record {far} 0->1 producer_first_nonempty_emit").unwrap();
     let _ = stdin.flush();
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;

@@ -248,15 +248,21 @@ pub fn outcome_named(name: &str) -> Outcome {
 }
 
 pub fn record_line(token: Token, o: &Obs) -> String {
-    let mut line = format!("record {token} {} {} {}", o.edge, o.segment, o.event.name());
+    let mut line = format!(
+        "record {token} {}:{} {} --segment {}",
+        o.edge.from,
+        o.edge.to,
+        o.event.name(),
+        o.segment
+    );
     if let Some(c) = o.chunk {
-        line += &format!(" chunk={c}");
+        line += &format!(" --chunk-seq {c}");
     }
     if !o.meaningful {
-        line += " empty";
+        line += " --not-meaningful";
     }
     if let Some((ms, d)) = o.at {
-        line += &format!(" ms={ms} domain={d}");
+        line += &format!(" --elapsed-ms {ms} --domain {d}");
     }
     line
 }
