@@ -185,6 +185,8 @@ pub(crate) fn batch(rec: &Recorder, input: &mut impl BufRead, out: &mut impl Wri
 }
 
 fn batch_line(rec: &Recorder, line: &[u8]) -> Result<String> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
     let line = std::str::from_utf8(line).map_err(|e| {
         anyhow!(
             "the line is not UTF-8 (byte {} is invalid)",

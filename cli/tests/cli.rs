@@ -287,8 +287,9 @@ fn batch_answers_a_bad_line_with_an_error_and_goes_on() {
         .to_owned();
     let mut input = Vec::new();
     input.extend_from_slice(b"record \xff\xfe 0:1 producer_first_nonempty_emit\n");
+    // A line may end in CR LF.
     input.extend_from_slice(
-        format!("record {token} 0:1 producer_first_nonempty_emit --chunk-seq 7\n").as_bytes(),
+        format!("record {token} 0:1 producer_first_nonempty_emit --chunk-seq 7\r\n").as_bytes(),
     );
     input.extend_from_slice(b"\n");
     input.extend_from_slice(b"fly away\n");
