@@ -1,40 +1,130 @@
-//! A Prometheus exporter of a region (feature `prometheus`, on by default).
+//! The Prometheus encoding of a region (feature `prometheus`, on by
+//! default), for any HTTP server to answer `/metrics` with.
 //!
-//! Every scrape reads the region afresh: the histograms of closed requests
+//! Every call reads the region afresh: the histograms of closed requests
 //! (kept in the region by the close that ended each request, so each request
-//! is counted exactly once however often the exporter polls, and nothing is
-//! lost or repeated when it restarts), the refusal counters, and a sweep of
-//! the slots for the open-request and free-slot gauges. Labels are bounded:
-//! an edge, an event, a refusal reason; never a request.
+//! is counted exactly once however often it is scraped, and nothing is lost
+//! or repeated when the server restarts), the refusal counters, and a sweep
+//! of the slots for the open-request and free-slot gauges. Labels are
+//! bounded: an edge, an event, a refusal reason; never a request. Times are
+//! in seconds, as Prometheus names them.
+//!
+//! The text is encoded by `prometheus-client`, in one of the two formats
+//! Prometheus reads: OpenMetrics, or the classic text format that older
+//! scrapers and `promtool check metrics` read. [`Format::negotiate`] picks
+//! one from a request's `Accept` header. The `edgemark export` command serves
+//! it; an orchestrator that already runs a server serves it from there:
 //!
 //! ```
-//! use edgemark::export::Exporter;
-//! let rec = edgemark::Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-//! let exporter = Exporter::new(rec);
-//! let text = exporter.encode();
-//! assert!(text.contains("edgemark_open_requests 0"));
-//! let server = exporter.serve("127.0.0.1:0").unwrap(); // GET /metrics
-//! assert_ne!(server.local_addr().port(), 0);
-//! server.shutdown();
+//! use edgemark::export::{self, Format};
+//! let rec = edgemark::Recorder::builder().edge(0, 1).create_in_memory()?;
+//! let t = rec.begin().expect("a free slot");
+//!
+//! // In the `/metrics` handler of whatever server the process runs:
+//! let accept = Some("text/plain;version=0.0.4"); // the request's Accept header
+//! let format = Format::negotiate(accept);
+//! let body = export::render(&rec, format);
+//! let content_type = format.content_type();
+//! assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+//! assert!(body.contains("edgemark_open_requests 1"));
+//! assert!(body.contains("# TYPE edgemark_closed_requests_total counter"));
+//! rec.close(t);
+//! assert!(export::render(&rec, format).contains("edgemark_closed_requests_total 1"));
+//! assert!(export::render(&rec, Format::OpenMetrics).ends_with("# EOF\n"));
+//! # Ok::<(), edgemark::CreateError>(())
 //! ```
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashSet;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::Recorder;
 
-/// The content type of [`Exporter::encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// A text format Prometheus reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0, which Prometheus asks for first.
+    OpenMetrics,
+    /// The classic Prometheus text format 0.0.4 (what `promtool check
+    /// metrics` and scrapers that ask for no format read).
+    Text,
+}
+
+impl Format {
+    /// The format a request asks for by its `Accept` header: OpenMetrics if
+    /// it names `application/openmetrics-text`, else the classic text.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    /// The `Content-Type` of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// The region's metrics now, as text in `format`.
+pub fn render(recorder: &Recorder, format: Format) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = render_into(recorder, format, &mut out);
+    out
+}
+
+/// Writes the region's metrics now into `out`, as text in `format`; fails
+/// only if `out` does.
+pub fn render_into(
+    recorder: &Recorder,
+    format: Format,
+    out: &mut impl std::fmt::Write,
+) -> std::fmt::Result {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(RegionCollector(recorder.clone())));
+    let mut open_metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut open_metrics, &registry)?;
+    match format {
+        Format::OpenMetrics => out.write_str(&open_metrics),
+        Format::Text => to_classic(&open_metrics, out),
+    }
+}
+
+/// The classic text form of `prometheus-client`'s OpenMetrics text, for the
+/// metric types this module writes (counters, gauges, histograms, with no
+/// exemplars or creation times). The two differ in three ways: a counter's
+/// HELP and TYPE lines name the family with its `_total` suffix, as its
+/// samples do; `# UNIT` lines are not part of it; there is no `# EOF`.
+fn to_classic(open_metrics: &str, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+    let counters: HashSet<&str> = open_metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters.contains(name).then_some((p, name, tail))
+        });
+        match described {
+            Some((p, name, tail)) => writeln!(out, "{p}{name}_total {tail}")?,
+            None => writeln!(out, "{line}")?,
+        }
+    }
+    Ok(())
+}
 
 #[derive(Debug)]
 struct RegionCollector(Recorder);
@@ -42,9 +132,16 @@ struct RegionCollector(Recorder);
 impl Collector for RegionCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let rec = &self.0;
-        // A region whose file was shrunk is not read at all (its lost pages
-        // would fault); the scrape says so instead.
-        let ok = rec.check().is_ok();
+        // Everything the scrape shows is read first: a region whose file was
+        // shrunk, before or while it is read (`docs/design.md`, "A file
+        // shrunk under a mapping"), shows nothing but `edgemark_region_ok 0`.
+        let read = rec.check().and_then(|()| {
+            let hists = rec.histograms()?;
+            let open = rec.open_requests()?.len() as i64;
+            let counters = rec.counters();
+            rec.check().map(|()| (hists, open, counters))
+        });
+        let ok = read.is_ok();
         let g = ConstGauge::new(i64::from(ok));
         g.encode(enc.encode_descriptor(
             "edgemark_region_ok",
@@ -52,15 +149,14 @@ impl Collector for RegionCollector {
             None,
             g.metric_type(),
         )?)?;
-        if !ok {
+        let Ok((hists, open, c)) = read else {
             return Ok(());
-        }
-        let hists = rec.histograms().unwrap_or_default();
+        };
         {
             let mut family = enc.encode_descriptor(
-                "edgemark_boundary_elapsed_ms",
-                "Elapsed milliseconds from request start to each first event, over closed requests",
-                None,
+                "edgemark_boundary_elapsed",
+                "Elapsed time from request start to each first event, over closed requests",
+                Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
             for h in hists.iter().filter(|h| h.delta.is_none()) {
@@ -71,9 +167,9 @@ impl Collector for RegionCollector {
         }
         {
             let mut family = enc.encode_descriptor(
-                "edgemark_delta_ms",
-                "Milliseconds between consecutive first events of one edge segment, over closed requests",
-                None,
+                "edgemark_delta",
+                "Time between consecutive first events of one edge segment, over closed requests",
+                Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
             for h in &hists {
@@ -87,7 +183,6 @@ impl Collector for RegionCollector {
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        let c = rec.counters();
         {
             let mut family = enc.encode_descriptor(
                 "edgemark_refused_records",
@@ -122,7 +217,6 @@ impl Collector for RegionCollector {
             "Segments that left a request's window of kept segments",
             c.dropped_segments,
         )?;
-        let open = rec.open_requests().map_or(0, |v| v.len()) as i64;
         let slots = rec.info().map_or(0, |i| i64::from(i.slots));
         let gauge = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64| {
             let g = ConstGauge::new(v);
@@ -148,199 +242,18 @@ fn encode_histogram(
     mut m: prometheus_client::encoding::MetricEncoder<'_>,
     h: &crate::Histogram,
 ) -> Result<(), std::fmt::Error> {
-    // prometheus-client takes each bucket's own count and accumulates.
+    // prometheus-client takes each bucket's own count and accumulates. The
+    // region keeps milliseconds; Prometheus names seconds.
     let buckets: Vec<(f64, u64)> = crate::BUCKETS_MS
         .iter()
-        .copied()
+        .map(|ms| ms / 1000.0)
         .chain([f64::INFINITY])
         .zip(h.buckets.iter().copied())
         .collect();
-    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(h.sum_ms, h.count, &buckets, None)
-}
-
-/// Exposes one region's metrics in the Prometheus text format.
-#[derive(Debug)]
-pub struct Exporter {
-    registry: Arc<Registry>,
-}
-
-impl Exporter {
-    /// An exporter of `recorder`'s region. Usable from the owner's own
-    /// process, or from any process attached to the region.
-    pub fn new(recorder: Recorder) -> Exporter {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(RegionCollector(recorder)));
-        Exporter {
-            registry: Arc::new(registry),
-        }
-    }
-
-    /// The current metrics as text (OpenMetrics, which Prometheus reads).
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
-    }
-
-    /// Serves `GET /metrics` on `addr` from a background thread until the
-    /// returned server is shut down or dropped.
-    pub fn serve(&self, addr: impl ToSocketAddrs) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(addr)?;
-        let local = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let registry = Arc::clone(&self.registry);
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("edgemark-exporter".into())
-            .spawn(move || accept_loop(&listener, &registry, &flag))?;
-        Ok(Server {
-            local,
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-/// Connections answered at once; more wait in the listen queue.
-const MAX_CONNECTIONS: usize = 8;
-
-fn accept_loop(listener: &TcpListener, registry: &Arc<Registry>, stop: &AtomicBool) {
-    use std::sync::atomic::Ordering;
-    // Each connection's thread holds a clone: the count of clones is the
-    // count of connections being answered.
-    let busy = Arc::new(());
-    // Relaxed: a stop flag; the join in `shutdown` orders the rest.
-    while !stop.load(Ordering::Relaxed) {
-        if Arc::strong_count(&busy) > MAX_CONNECTIONS {
-            std::thread::sleep(Duration::from_millis(5));
-            continue;
-        }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                // One thread per connection, so that a client that sends
-                // slowly (up to the request deadline) holds only itself.
-                let registry = Arc::clone(registry);
-                let token = Arc::clone(&busy);
-                let spawned = std::thread::Builder::new()
-                    .name("edgemark-exporter-conn".into())
-                    .spawn(move || {
-                        let _ = answer(stream, &registry);
-                        drop(token);
-                    });
-                if spawned.is_err() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-/// Longest request head read (request line and headers).
-const MAX_REQUEST: usize = 8 * 1024;
-/// Longest a client may take to send its request head.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(3);
-
-/// Reads a request head, bounded in size and in time: a client that sends
-/// too much, or too slowly, gets nothing and cannot hold the exporter.
-fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
-    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() || head.len() >= MAX_REQUEST {
-            return Ok(None);
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = match stream.read(&mut buf) {
-            Ok(0) => return Ok(None),
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
-        };
-        head.extend_from_slice(&buf[..n.min(MAX_REQUEST - head.len())]);
-    }
-    Ok(Some(String::from_utf8_lossy(&head).into_owned()))
-}
-
-fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let Some(head) = read_head(&mut stream)? else {
-        return Ok(());
-    };
-    let request = head.lines().next().unwrap_or("");
-    let mut parts = request.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, ctype, body) = match (method, path) {
-        ("GET", "/metrics") => {
-            let mut body = String::new();
-            let _ = prometheus_client::encoding::text::encode(&mut body, registry);
-            ("200 OK", CONTENT_TYPE, body)
-        }
-        ("GET", "/") => (
-            "200 OK",
-            "text/plain; charset=utf-8",
-            "edgemark exporter: metrics at /metrics\n".to_owned(),
-        ),
-        _ => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "not found\n".to_owned(),
-        ),
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
-}
-
-/// A running `/metrics` endpoint; see [`Exporter::serve`].
-#[derive(Debug)]
-pub struct Server {
-    local: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    /// The address it listens on (useful after binding port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
-    }
-
-    /// Stops serving and waits for the thread.
-    pub fn shutdown(mut self) {
-        self.stop_now();
-    }
-
-    fn stop_now(&mut self) {
-        // Relaxed: see `accept_loop`.
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop_now();
-    }
+    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        h.sum_ms / 1000.0,
+        h.count,
+        &buckets,
+        None,
+    )
 }

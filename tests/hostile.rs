@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 mod common;
 
 use common::Rng;
-use edgemark::export::Exporter;
+use edgemark::export::{self, Format};
 use edgemark::{
     AttachError, AttachOptions, Edge, Event, Event::*, Mark, Outcome, Recorder, RequestState, Token,
 };
@@ -104,7 +104,7 @@ fn exercise(rec: &Recorder) -> (usize, bool) {
         );
     }
     let _ = rec.reclaim_where(|_| true, |_| true);
-    let _ = Exporter::new(rec.clone()).encode();
+    let _ = export::render(rec, Format::OpenMetrics);
     (open.len(), corrupt)
 }
 
@@ -367,7 +367,7 @@ fn a_file_shrunk_under_a_reader_fails_its_sweeps_instead_of_faulting() {
     let mut called = false;
     assert!(reader.for_each_open(|_, _| called = true).is_err());
     assert!(!called);
-    let text = Exporter::new(reader.clone()).encode();
+    let text = export::render(&reader, Format::OpenMetrics);
     assert!(text.contains("edgemark_region_ok 0"), "{text}");
     assert!(!text.contains("edgemark_open_requests"));
     // Attaching now is refused outright.
@@ -381,7 +381,7 @@ fn a_file_shrunk_under_a_reader_fails_its_sweeps_instead_of_faulting() {
 fn watch_exits_with_one_line_when_its_region_is_shrunk() {
     let dir = tempfile::tempdir().unwrap();
     let (p, _owner) = region_file(dir.path());
-    let watch = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let watch = Command::new(common::edgemark_bin())
         .arg("watch")
         .arg(&p)
         .args(["--interval", "0.05", "--count", "400"])
@@ -416,7 +416,7 @@ fn a_recorder_touching_a_shrunk_page_loses_the_record_and_a_sealed_region_cannot
     let (p, owner) = region_file(dir.path());
     let ts: Vec<Token> = (0..8).map(|_| owner.begin().unwrap()).collect();
     let far = *ts.iter().max_by_key(|t| t.slot()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let mut child = Command::new(common::edgemark_bin())
         .arg("batch")
         .arg(&p)
         .stdin(Stdio::piped())
@@ -425,7 +425,7 @@ fn a_recorder_touching_a_shrunk_page_loses_the_record_and_a_sealed_region_cannot
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    writeln!(stdin, "record {far} 0->1 0 consumer_first_accept").unwrap();
+    writeln!(stdin, "record {far} 0->1 consumer_first_accept").unwrap();
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "recorded");
@@ -435,7 +435,7 @@ fn a_recorder_touching_a_shrunk_page_loses_the_record_and_a_sealed_region_cannot
         .unwrap()
         .set_len(4096)
         .unwrap();
-    writeln!(stdin, "record {far} 0->1 0 producer_first_nonempty_emit").unwrap();
+    writeln!(stdin, "record {far} 0->1 producer_first_nonempty_emit").unwrap();
     line.clear();
     stdout.read_line(&mut line).unwrap();
     let answer = line.trim();
@@ -463,7 +463,7 @@ fn a_recorder_touching_a_shrunk_page_loses_the_record_and_a_sealed_region_cannot
     let e = f.set_len(4096).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EPERM));
     let t = sealed.begin().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let out = Command::new(common::edgemark_bin())
         .arg("record")
         .arg(&path)
         .arg(t.to_string())

@@ -205,7 +205,7 @@ fn the_reclaim_command_reports_what_it_freed() {
     let _lost = begin_in(&mut doomed);
     let _mine = rec.begin().unwrap();
     drop(doomed);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgemark"))
+    let out = std::process::Command::new(common::edgemark_bin())
         .arg("reclaim")
         .arg(&path)
         .output()

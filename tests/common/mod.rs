@@ -158,6 +158,26 @@ impl Pipeline for InProcess {
     }
 }
 
+/// The `edgemark` command, built by the `edgemark-cli` crate of this
+/// workspace into the same target directory as this test (`cargo test` from
+/// the workspace root builds it before any test runs).
+pub fn edgemark_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<test> -> target/<profile>/edgemark
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("edgemark"))
+        .expect("a test binary inside a target directory");
+    assert!(
+        bin.is_file(),
+        "{} is missing: these tests drive the `edgemark` command; run `cargo test` from the \
+         workspace root, or `cargo build -p edgemark-cli` first",
+        bin.display()
+    );
+    bin
+}
+
 /// One worker process per stage, each attached to the region by path
 /// (`edgemark batch PATH`), fed one command per line.
 pub struct Processes {
@@ -175,7 +195,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(path: &Path) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        let mut child = Command::new(edgemark_bin())
             .arg("batch")
             .arg(path)
             .stdin(Stdio::piped())
@@ -228,15 +248,21 @@ pub fn outcome_named(name: &str) -> Outcome {
 }
 
 pub fn record_line(token: Token, o: &Obs) -> String {
-    let mut line = format!("record {token} {} {} {}", o.edge, o.segment, o.event.name());
+    let mut line = format!(
+        "record {token} {}:{} {} --segment {}",
+        o.edge.from,
+        o.edge.to,
+        o.event.name(),
+        o.segment
+    );
     if let Some(c) = o.chunk {
-        line += &format!(" chunk={c}");
+        line += &format!(" --chunk-seq {c}");
     }
     if !o.meaningful {
-        line += " empty";
+        line += " --not-meaningful";
     }
     if let Some((ms, d)) = o.at {
-        line += &format!(" ms={ms} domain={d}");
+        line += &format!(" --elapsed-ms {ms} --domain {d}");
     }
     line
 }

@@ -115,7 +115,7 @@ fn create_inspect_begin_record_close_from_the_shell() {
     let p = dir.path().join("r.region");
     let ps = p.to_str().unwrap();
     let o = edgemark(&[
-        "create", ps, "--edge", "0->1", "--edge", "1->2", "--slots", "8", "--domain", "gpu",
+        "create", ps, "--edge", "0->1", "--edge", "1:2", "--slots", "8", "--domain", "gpu",
     ]);
     assert!(o.status.success());
     let token = stdout(&edgemark(&["begin", ps])).trim().to_owned();
@@ -125,12 +125,17 @@ fn create_inspect_begin_record_close_from_the_shell() {
         stdout(&edgemark(&a)).trim().to_owned()
     };
     assert_eq!(
-        rec(&["0->1", "producer_first_nonempty_emit", "--chunk", "3"]),
+        rec(&["0->1", "producer_first_nonempty_emit", "--chunk-seq", "3"]),
         "recorded"
     );
-    assert_eq!(rec(&["0->1", "producer_first_nonempty_emit"]), "duplicate");
+    assert_eq!(rec(&["0:1", "producer_first_nonempty_emit"]), "duplicate");
     assert_eq!(
-        rec(&["0->1", "consumer_first_accept", "--empty"]),
+        rec(&["0:1", "consumer_first_accept", "--not-meaningful"]),
+        "not_meaningful"
+    );
+    // The spellings of earlier versions still work.
+    assert_eq!(
+        rec(&["0->1", "consumer_first_accept", "--empty", "--chunk", "1"]),
         "not_meaningful"
     );
     assert_eq!(
@@ -145,7 +150,7 @@ fn create_inspect_begin_record_close_from_the_shell() {
         "recorded"
     );
     assert_eq!(
-        stdout(&edgemark(&["start-segment", ps, &token, "0->1", "1"])).trim(),
+        stdout(&edgemark(&["start-segment", ps, &token, "0:1", "1"])).trim(),
         "started"
     );
     let inspect: Value =
@@ -232,4 +237,176 @@ fn poke(path: &Path, word: u64, value: u64) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(&value.to_le_bytes(), word * 8).unwrap();
+}
+
+/// `edgemark batch PATH` with `input` on standard input; its output lines.
+fn batch(path: &Path, input: &[u8]) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .arg("batch")
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out).lines().map(str::to_owned).collect()
+}
+
+fn region(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("r.region");
+    let o = edgemark(&[
+        "create",
+        p.to_str().unwrap(),
+        "--edge",
+        "0:1",
+        "--edge",
+        "1:2",
+        "--slots",
+        "4",
+        "--domain",
+        "gpu",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    p
+}
+
+#[test]
+fn batch_answers_a_bad_line_with_an_error_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let token = stdout(&edgemark(&["begin", p.to_str().unwrap()]))
+        .trim()
+        .to_owned();
+    let mut input = Vec::new();
+    input.extend_from_slice(b"record \xff\xfe 0:1 producer_first_nonempty_emit\n");
+    // A line may end in CR LF.
+    input.extend_from_slice(
+        format!("record {token} 0:1 producer_first_nonempty_emit --chunk-seq 7\r\n").as_bytes(),
+    );
+    input.extend_from_slice(b"\n");
+    input.extend_from_slice(b"fly away\n");
+    input.extend_from_slice(format!("record {token} 0-1 consumer_first_accept\n").as_bytes());
+    input.extend_from_slice(format!("record {token} 0:1 no_such_event\n").as_bytes());
+    input.extend_from_slice(format!("record {token} '0->1 consumer_first_accept\n").as_bytes());
+    input.extend_from_slice(
+        format!("record {token} 0:1 consumer_first_accept --elapsed-ms 2\n").as_bytes(),
+    );
+    input.extend_from_slice(
+        format!("record {token} 0:1 consumer_first_accept --bogus\n").as_bytes(),
+    );
+    input.extend_from_slice(b"record\n");
+    input.extend_from_slice(b"begin --help\n");
+    // The line ends at the end of input, without a newline.
+    input.extend_from_slice(format!("snapshot {token}").as_bytes());
+    let lines = batch(&p, &input);
+    assert_eq!(lines.len(), 12, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("error the line is not UTF-8"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines[1], "recorded");
+    assert_eq!(lines[2], "error empty line");
+    assert!(
+        lines[3].starts_with("error unrecognized subcommand 'fly'"),
+        "{}",
+        lines[3]
+    );
+    assert!(
+        lines[4].starts_with("error invalid value '0-1' for '<EDGE>'"),
+        "{}",
+        lines[4]
+    );
+    assert_eq!(
+        lines[5],
+        "error the region's schema has no event \"no_such_event\""
+    );
+    assert_eq!(lines[6], "error unbalanced quotes");
+    assert!(lines[7].contains("--domain"), "{}", lines[7]);
+    assert!(lines[8].contains("'--bogus'"), "{}", lines[8]);
+    assert!(
+        lines[9].starts_with("error the following required arguments were not provided: <TOKEN>"),
+        "{}",
+        lines[9]
+    );
+    assert!(lines[10].starts_with("error "), "{}", lines[10]);
+    let snap: Value = serde_json::from_str(&lines[11]).unwrap();
+    assert_eq!(snap["0->1:0"]["first_chunk_seq"], 7);
+    for l in &lines {
+        assert!(!l.contains('\n') && !l.contains("panicked"), "{l}");
+    }
+}
+
+#[test]
+fn batch_takes_the_command_lines_grammar_and_both_edge_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let lines = batch(&p, b"begin\n");
+    let t = &lines[0];
+    let script = format!(
+        "record {t} 0->1 producer_first_nonempty_emit --chunk-seq 4\n\
+         record {t} '0->1' producer_first_nonempty_emit --chunk-seq 5\n\
+         record {t} 0:1 edge_first_send_complete --not-meaningful\n\
+         record {t} 1:2 consumer_first_accept --elapsed-ms 4.5 --domain gpu\n\
+         start-segment {t} 0:1 1\n\
+         start {t} \"1->2\" 1\n\
+         record {t} 0:1 consumer_first_accept --segment 1\n\
+         record {t} 0:1 consumer_first_accept --segment 0\n\
+         close {t}\n\
+         close {t}\n"
+    );
+    let lines = batch(&p, script.as_bytes());
+    assert_eq!(
+        &lines[..8],
+        [
+            "recorded",
+            "duplicate",
+            "not_meaningful",
+            "recorded",
+            "started",
+            "started",
+            "recorded",
+            "stale_segment",
+        ],
+        "{lines:#?}"
+    );
+    let last: Value = serde_json::from_str(&lines[8]).unwrap();
+    assert_eq!(last["0->1:0"]["first_chunk_seq"], 4);
+    assert!(last["0->1:0"]["edge_first_send_complete_ms"].is_null());
+    assert_eq!(last["1->2:0"]["consumer_first_accept_ms"], 4.5);
+    assert!(last["0->1:1"]["consumer_first_accept_ms"].is_number());
+    assert_eq!(lines[9], "{}");
+}
+
+#[test]
+fn a_region_of_another_user_needs_allow_foreign_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let ps = p.to_str().unwrap();
+    // Only root can give a file away.
+    if std::os::unix::fs::chown(&p, Some(65534), None).is_err() {
+        eprintln!("SKIPPED: not allowed to give a file to another user here");
+        return;
+    }
+    for args in [vec!["inspect", ps], vec!["begin", ps], vec!["batch", ps]] {
+        let o = edgemark(&args);
+        assert_one_line_error(&o, &format!("{args:?}"));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("another user") || err.contains("owner"),
+            "{err}"
+        );
+    }
+    let o = edgemark(&["inspect", ps, "--json", "--allow-foreign-owner"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let token = stdout(&edgemark(&["begin", ps, "--allow-foreign-owner"]));
+    assert!(token.starts_with("em1."), "{token}");
 }

@@ -1,29 +1,20 @@
-//! The Prometheus exporter: scraped over loopback after a demo run, and by a
-//! real Prometheus server.
+//! The Prometheus encoding, and the `edgemark export` command serving it:
+//! scraped over loopback after a demo run, by a real Prometheus server, and
+//! by clients that hold connections idle, flood, stall, pipeline or send
+//! nonsense. Every server here is a real `edgemark export` process.
+
+mod http;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use edgemark::export::Exporter;
-use edgemark::{AttachOptions, Edge, Event::*, Mark, Recorder};
+use edgemark::export::{self, Format};
+use edgemark::{Edge, Event::*, Mark, Recorder};
+use http::{http_get, Exporter};
 use serde_json::Value;
-
-fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_owned(), body.to_owned())
-}
 
 /// The value of the one sample `name{labels}` in a scrape.
 fn sample(text: &str, name_and_labels: &str) -> f64 {
@@ -99,11 +90,10 @@ fn values_in(snaps: &[Value], edge: &str, event: &str) -> u64 {
 fn a_scrape_after_a_demo_counts_every_closed_request_once() {
     let (region, snaps, _dir) = demo(60);
     let _kept = Kept(region.clone());
-    let open = || AttachOptions::new().attach(&region).unwrap();
-    let server = Exporter::new(open()).serve("127.0.0.1:0").unwrap();
-    let (status, first) = http_get(server.local_addr(), "/metrics");
+    let server = Exporter::start(&region);
+    let (status, first) = http_get(server.addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    assert!(first.ends_with("# EOF\n"));
+    assert!(first.ends_with("edgemark_free_slots 64\n"), "{first}");
     assert_eq!(sample(&first, "edgemark_closed_requests_total"), 60.0);
     assert_eq!(sample(&first, "edgemark_open_requests"), 0.0);
     for (edge, event) in [
@@ -116,44 +106,43 @@ fn a_scrape_after_a_demo_counts_every_closed_request_once() {
         assert_eq!(
             sample(
                 &first,
-                &format!("edgemark_boundary_elapsed_ms_count{labels}")
+                &format!("edgemark_boundary_elapsed_seconds_count{labels}")
             ),
             want
         );
         let inf = format!(
-            "edgemark_boundary_elapsed_ms_bucket{{le=\"+Inf\",edge=\"{edge}\",event=\"{event}\"}}"
+            "edgemark_boundary_elapsed_seconds_bucket{{le=\"+Inf\",edge=\"{edge}\",event=\"{event}\"}}"
         );
         assert_eq!(sample(&first, &inf), want);
     }
-    let delta = "edgemark_delta_ms_count{edge=\"0->1\",from_event=\"consumer_first_accept\",to_event=\"consumer_first_nonempty_output\"}";
+    let delta = "edgemark_delta_seconds_count{edge=\"0->1\",from_event=\"consumer_first_accept\",to_event=\"consumer_first_nonempty_output\"}";
     assert!(sample(&first, delta) > 0.0);
     assert!(
         !first.contains("em1."),
         "no token or request identity in labels"
     );
     // Polling again, and restarting the exporter, change nothing.
-    let (_, again) = http_get(server.local_addr(), "/metrics");
+    let (_, again) = http_get(server.addr, "/metrics");
     assert_eq!(again, first);
-    server.shutdown();
-    let restarted = Exporter::new(open()).serve("127.0.0.1:0").unwrap();
-    let (_, after) = http_get(restarted.local_addr(), "/metrics");
+    drop(server);
+    let restarted = Exporter::start(&region);
+    let (_, after) = http_get(restarted.addr, "/metrics");
     assert_eq!(after, first);
     assert_eq!(
-        http_get(restarted.local_addr(), "/nope").0,
+        http_get(restarted.addr, "/nope").0,
         "HTTP/1.1 404 Not Found"
     );
 }
 
 #[test]
-fn the_exporter_runs_in_the_owners_process_and_sees_new_closes() {
+fn the_encoding_runs_in_the_owners_process_and_sees_new_closes() {
     let rec = Recorder::builder()
         .edge(0, 1)
         .slots(4)
         .create_in_memory()
         .unwrap();
-    let ex = Exporter::new(rec.clone());
     let t = rec.begin().unwrap();
-    let text = ex.encode();
+    let text = export::render(&rec, Format::OpenMetrics);
     assert_eq!(sample(&text, "edgemark_open_requests"), 1.0);
     assert_eq!(sample(&text, "edgemark_free_slots"), 3.0);
     rec.record_elapsed(
@@ -167,22 +156,39 @@ fn the_exporter_runs_in_the_owners_process_and_sees_new_closes() {
         Mark::new(Edge::new(0, 1), ConsumerFirstAccept).segment(3),
     );
     rec.close(t);
-    let text = ex.encode();
+    let text = export::render(&rec, Format::OpenMetrics);
+    assert!(text.ends_with("# EOF\n"));
+    assert!(text.contains("# UNIT edgemark_boundary_elapsed_seconds seconds\n"));
     let labels = "{edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
+    let count = format!("edgemark_boundary_elapsed_seconds_count{labels}");
+    assert_eq!(sample(&text, &count), 1.0);
+    let sum = format!("edgemark_boundary_elapsed_seconds_sum{labels}");
+    assert_eq!(sample(&text, &sum), 0.007);
+    let bucket = |le: &str| {
+        format!("edgemark_boundary_elapsed_seconds_bucket{{le=\"{le}\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}}")
+    };
     assert_eq!(
-        sample(
-            &text,
-            &format!("edgemark_boundary_elapsed_ms_count{labels}")
+        (
+            sample(&text, &bucket("0.005")),
+            sample(&text, &bucket("0.01"))
         ),
-        1.0
+        (0.0, 1.0)
     );
-    assert_eq!(
-        sample(&text, &format!("edgemark_boundary_elapsed_ms_sum{labels}")),
-        7.0
-    );
-    let le10 = "edgemark_boundary_elapsed_ms_bucket{le=\"10.0\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
-    let le5 = "edgemark_boundary_elapsed_ms_bucket{le=\"5.0\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
-    assert_eq!((sample(&text, le5), sample(&text, le10)), (0.0, 1.0));
+    // The classic text differs only where its format does.
+    let classic = export::render(&rec, Format::Text);
+    assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
+    assert!(classic.contains(
+        "# HELP edgemark_closed_requests_total Requests closed\n\
+         # TYPE edgemark_closed_requests_total counter\n\
+         edgemark_closed_requests_total 1\n"
+    ));
+    let samples = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(samples(&classic), samples(&text));
     assert_eq!(
         sample(
             &text,
@@ -198,38 +204,13 @@ fn the_export_command_serves_until_its_time_is_up() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r.region");
     Recorder::builder().edge(0, 1).create(&p).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
-        .arg("export")
-        .arg(&p)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--serve-for",
-            "20",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(
-        line.trim(),
-        format!("serving http://127.0.0.1:{port}/metrics")
-    );
-    let (status, body) = http_get(format!("127.0.0.1:{port}").parse().unwrap(), "/metrics");
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut server = Exporter::start_for(&p, 2.0);
+    let (status, body) = http_get(server.addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(sample(&body, "edgemark_free_slots"), 4096.0);
+    let status = server.wait(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    assert!(TcpStream::connect(server.addr).is_err(), "still listening");
 }
 
 fn find_prometheus() -> Option<PathBuf> {
@@ -261,9 +242,7 @@ fn a_real_prometheus_server_scrapes_the_histograms() {
     };
     let (region, snaps, dir) = demo(40);
     let _kept = Kept(region.clone());
-    let server = Exporter::new(AttachOptions::new().attach(&region).unwrap())
-        .serve("127.0.0.1:0")
-        .unwrap();
+    let server = Exporter::start(&region);
     let web = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -273,7 +252,7 @@ fn a_real_prometheus_server_scrapes_the_histograms() {
         &config,
         format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: edgemark\n    static_configs:\n      - targets: ['{}']\n",
-            server.local_addr()
+            server.addr
         ),
     )
     .unwrap();
@@ -297,8 +276,7 @@ fn a_real_prometheus_server_scrapes_the_histograms() {
             .spawn()
             .unwrap(),
     );
-    let query =
-        r#"edgemark_boundary_elapsed_ms_count{edge="0->1",event="producer_first_nonempty_emit"}"#;
+    let query = r#"edgemark_boundary_elapsed_seconds_count{edge="0->1",event="producer_first_nonempty_emit"}"#;
     let want = values_in(&snaps, "0->1", "producer_first_nonempty_emit") as f64;
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut last = String::new();
@@ -339,29 +317,4 @@ fn a_real_prometheus_server_scrapes_the_histograms() {
             break;
         }
     }
-}
-
-#[test]
-fn clients_that_flood_or_stall_cannot_hold_the_exporter() {
-    let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    let server = Exporter::new(rec).serve("127.0.0.1:0").unwrap();
-    let addr = server.local_addr();
-    // One client sends a long line with no end; another sends half a
-    // request and then nothing.
-    let flood = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        let junk = vec![b'x'; 64 * 1024];
-        let _ = s.write_all(&junk);
-        let mut rest = Vec::new();
-        let _ = s.read_to_end(&mut rest);
-        rest.len()
-    });
-    let mut stall = TcpStream::connect(addr).unwrap();
-    stall.write_all(b"GET /metr").unwrap();
-    let (status, body) = http_get(addr, "/metrics");
-    assert_eq!(status, "HTTP/1.1 200 OK");
-    assert!(body.contains("edgemark_region_ok 1"));
-    assert_eq!(flood.join().unwrap(), 0, "the flood got no answer");
-    drop(stall);
-    server.shutdown();
 }

@@ -1,0 +1,460 @@
+//! The `edgemark` command: create, inspect and drive regions from a shell.
+
+mod demo;
+mod ops;
+mod serve;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use edgemark::{Edge, Recorder};
+
+use crate::ops::{Op, RecordArgs, StartArgs, TokenArg, Trust};
+
+/// A shared-memory recorder of first-event timestamps for pipeline stage
+/// edges.
+#[derive(Parser, Debug)]
+#[command(name = "edgemark", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a simulated three-stage pipeline (0:1, 1:2) of real worker
+    /// processes recording into one region, and print the latency of
+    /// each boundary and each delta between them.
+    Demo {
+        /// Requests to run.
+        #[arg(long, default_value_t = 600)]
+        requests: u32,
+        /// Requests open at once.
+        #[arg(long, default_value_t = 12)]
+        concurrency: u32,
+        /// Write each final snapshot to FILE, one JSON object per line.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Keep the region file (for `edgemark inspect`).
+        #[arg(long)]
+        keep: bool,
+        /// Seed of the simulated timings.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// A stage of the demo pipeline (started by `edgemark demo`).
+    #[command(hide = true)]
+    StageWorker {
+        #[arg(long)]
+        stage: u32,
+        #[arg(long)]
+        region: PathBuf,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        seed: u64,
+    },
+    /// Create a region file.
+    Create {
+        /// Where to create it (a new file).
+        path: PathBuf,
+        /// A directed edge FROM:TO or 'FROM->TO' (repeatable), for example
+        /// 0:1 or '0->1'.
+        #[arg(long = "edge", required = true, value_parser = ops::parse_edge, value_name = "EDGE")]
+        edges: Vec<Edge>,
+        /// Request slots.
+        #[arg(long, default_value_t = 4096)]
+        slots: u32,
+        /// Segments kept per edge of a request.
+        #[arg(long, default_value_t = 4)]
+        segments: u32,
+        /// An extra clock domain for values measured elsewhere (repeatable).
+        #[arg(long = "domain")]
+        domains: Vec<String>,
+        /// Let the file's group use the region (mode 0660 instead of 0600).
+        #[arg(long, alias = "group")]
+        group_access: bool,
+    },
+    /// Print a region's header, geometry, schema, counters and open requests.
+    Inspect {
+        /// The region file.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Refresh the `inspect` view until interrupted.
+    Watch {
+        /// The region file.
+        path: PathBuf,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes.
+        #[arg(long)]
+        count: Option<u64>,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Free the slots of dead owners (and of control operations whose
+    /// process died), and say how many.
+    Reclaim {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Serve the region's metrics to Prometheus on /metrics.
+    Export {
+        /// The region file.
+        path: PathBuf,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: String,
+        /// Stop after this many seconds (default: run until killed).
+        #[arg(long, value_name = "SECONDS")]
+        serve_for: Option<f64>,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Begin a request and print its token.
+    Begin {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Record one event and print the outcome.
+    Record {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        args: RecordArgs,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Start a new segment on an edge of a request and print the outcome.
+    #[command(alias = "start")]
+    StartSegment {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        args: StartArgs,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Print a request's snapshot as JSON.
+    Snapshot {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        args: TokenArg,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Close a request and print its final snapshot as JSON.
+    Close {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        args: TokenArg,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Run commands from standard input, one per line, one line of output
+    /// for each.
+    ///
+    /// The commands are `begin`, `record`, `start-segment` (or `start`),
+    /// `snapshot` and `close`, with the same arguments as on the command
+    /// line minus the region's path, for example
+    /// `record TOKEN 0:1 producer_first_nonempty_emit --chunk-seq 0`. A line
+    /// that fails, does not parse or is not UTF-8 gets `error <reason>`, and
+    /// the batch goes on.
+    Batch {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        trust: Trust,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("edgemark: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+}
+
+fn attach(path: &Path, trust: Trust) -> Result<Recorder> {
+    trust.options().attach(path).map_err(|e| named(path, e))
+}
+
+/// An attach error as one line that names the file once.
+fn named(path: &Path, e: edgemark::AttachError) -> anyhow::Error {
+    match e {
+        // These name the path themselves.
+        edgemark::AttachError::Io(..) | edgemark::AttachError::NotRegularFile(_) => anyhow!(e),
+        edgemark::AttachError::ForeignOwner { .. } => anyhow!(
+            "{}: {e}; pass --allow-foreign-owner if you trust that user",
+            path.display()
+        ),
+        other => anyhow!("{}: {other}", path.display()),
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Demo {
+            requests,
+            concurrency,
+            json,
+            keep,
+            seed,
+            quiet,
+        } => {
+            let opts = crate::demo::DemoOptions {
+                requests,
+                concurrency,
+                json,
+                keep,
+                seed,
+                quiet,
+            };
+            let result = crate::demo::run(&opts)?;
+            print!("{}", crate::demo::summary(&result));
+        }
+        Command::StageWorker {
+            stage,
+            region,
+            dir,
+            seed,
+        } => crate::demo::stage_worker(stage, &region, &dir, seed)?,
+        Command::Create {
+            path,
+            edges,
+            slots,
+            segments,
+            domains,
+            group_access,
+        } => {
+            let mut b = Recorder::builder()
+                .edges(edges)
+                .slots(slots)
+                .segments(segments)
+                .group_access(group_access);
+            for d in &domains {
+                b = b.domain(d);
+            }
+            let rec = b.create(&path)?;
+            let info = rec.info().expect("an enabled recorder");
+            println!(
+                "created {} ({} bytes, {} slots, region {:016x})",
+                path.display(),
+                info.bytes,
+                info.slots,
+                info.region_id
+            );
+        }
+        Command::Inspect { path, json, trust } => {
+            let rec = attach_for_reading(&path, trust)?;
+            inspect(&rec, json)?;
+        }
+        Command::Watch {
+            path,
+            interval,
+            count,
+            trust,
+        } => {
+            let rec = attach_for_reading(&path, trust)?;
+            if !(interval.is_finite() && interval > 0.0) {
+                bail!("--interval must be a positive number of seconds");
+            }
+            let mut n = 0u64;
+            loop {
+                // Clear the screen and home the cursor.
+                print!("\x1b[2J\x1b[H");
+                inspect(&rec, false)?;
+                std::io::stdout().flush()?;
+                n += 1;
+                if count.is_some_and(|c| n >= c) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_secs_f64(interval));
+            }
+        }
+        Command::Export {
+            path,
+            listen,
+            serve_for,
+            trust,
+        } => {
+            let rec = attach_for_reading(&path, trust)?;
+            let serve_for = match serve_for {
+                Some(s) if s.is_finite() && s >= 0.0 => Some(std::time::Duration::from_secs_f64(s)),
+                Some(_) => bail!("--serve-for must be a number of seconds"),
+                None => None,
+            };
+            let listener = std::net::TcpListener::bind(listen.as_str())
+                .with_context(|| format!("cannot listen on {listen}"))?;
+            println!("serving http://{}/metrics", listener.local_addr()?);
+            std::io::stdout().flush()?;
+            crate::serve::serve(rec, listener, serve_for)?;
+        }
+        Command::Reclaim { path, trust } => {
+            let rec = attach_for_reclaim(&path, trust)?;
+            let r = rec
+                .reclaim_dead_owners()
+                .context("the region changed under this process")?;
+            println!(
+                "freed {} slots ({} of dead owners, {} left locked by dead processes)",
+                r.freed(),
+                r.dead_owners,
+                r.dead_holders
+            );
+        }
+        Command::Begin { path, trust } => op(&path, trust, Op::Begin)?,
+        Command::Record { path, args, trust } => op(&path, trust, Op::Record(args))?,
+        Command::StartSegment { path, args, trust } => {
+            op(&path, trust, Op::StartSegment(args))?;
+        }
+        Command::Snapshot { path, args, trust } => op(&path, trust, Op::Snapshot(args))?,
+        Command::Close { path, args, trust } => op(&path, trust, Op::Close(args))?,
+        Command::Batch { path, trust } => {
+            let rec = attach(&path, trust)?;
+            ops::batch(
+                &rec,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout().lock(),
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one operation on the region at `path` and prints its line.
+fn op(path: &Path, trust: Trust, op: Op) -> Result<()> {
+    let rec = attach(path, trust)?;
+    println!("{}", ops::run(&rec, op, false)?);
+    Ok(())
+}
+
+/// Attach to look only: read permission is enough (the file is opened and
+/// mapped read-only), and a foreign clock is no reason not to look.
+fn attach_for_reading(path: &Path, trust: Trust) -> Result<Recorder> {
+    trust
+        .options()
+        .allow_foreign_clock(true)
+        .read_only(true)
+        .attach(path)
+        .map_err(|e| named(path, e))
+}
+
+/// Attach to reclaim: writes, but never reads the clock.
+fn attach_for_reclaim(path: &Path, trust: Trust) -> Result<Recorder> {
+    trust
+        .options()
+        .allow_foreign_clock(true)
+        .attach(path)
+        .map_err(|e| named(path, e))
+}
+
+fn inspect(rec: &Recorder, json: bool) -> Result<()> {
+    rec.check()
+        .context("the region changed under this process")?;
+    let info = rec.info().expect("an enabled recorder");
+    let schema = rec.schema().expect("an enabled recorder");
+    let counters = rec.counters();
+    let open = rec
+        .snapshot_open()
+        .context("the region changed under this process")?;
+    if json {
+        let v = serde_json::json!({
+            "region_id": format!("{:016x}", info.region_id),
+            "bytes": info.bytes,
+            "slots": info.slots,
+            "segments": info.segments,
+            "slot_stride": info.slot_stride,
+            "edges": rec.edges().iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+            "events": schema.events().iter().map(|e| serde_json::json!({
+                "name": e.name(),
+                "domain": schema.domain_name(e.domain()),
+                "keeps_chunk_seq": e.keeps_chunk_seq(),
+            })).collect::<Vec<_>>(),
+            "domains": schema.domains(),
+            "clock": {
+                "boot_id": format!("{:032x}", info.clock.boot_id),
+                "time_namespace": info.clock.time_namespace,
+                "shared_with_this_process": info.shares_clock,
+            },
+            "created_unix_ns": info.created_unix_ns,
+            "creator_pid": info.creator_pid,
+            "group_access": info.group_access,
+            "refused": counters.refused.iter().map(|(o, n)| (o.name().to_owned(), serde_json::Value::from(*n))).collect::<serde_json::Map<String, serde_json::Value>>(),
+            "dropped_segments": counters.dropped_segments,
+            "open_requests": open.len(),
+            "free_slots": u64::from(info.slots) - open.len() as u64,
+            "open": open.iter().map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("region     {:016x}", info.region_id);
+    println!(
+        "geometry   {} slots x {} bytes, {} segments kept per edge, {} bytes in all",
+        info.slots, info.slot_stride, info.segments, info.bytes
+    );
+    let edges: Vec<String> = rec.edges().iter().map(|e| e.to_string()).collect();
+    println!("edges      {}", edges.join(", "));
+    for e in schema.events() {
+        println!(
+            "event      {} ({}{})",
+            e.name(),
+            schema.domain_name(e.domain()).unwrap_or("?"),
+            if e.keeps_chunk_seq() {
+                ", keeps chunk seq"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("domains    {}", schema.domains().join(", "));
+    println!(
+        "clock      boot {:032x}, time namespace {} ({})",
+        info.clock.boot_id,
+        info.clock.time_namespace,
+        if info.shares_clock {
+            "shared with this process"
+        } else {
+            "NOT this process's clock"
+        }
+    );
+    println!("creator    pid {}", info.creator_pid);
+    println!(
+        "occupancy  {} open, {} free",
+        open.len(),
+        u64::from(info.slots) - open.len() as u64
+    );
+    println!("dropped    {} segments", counters.dropped_segments);
+    for (o, n) in &counters.refused {
+        if *n > 0 {
+            println!("refused    {o}: {n}");
+        }
+    }
+    for (t, s) in &open {
+        println!("open       {t} {}", serde_json::to_string(s)?);
+    }
+    Ok(())
+}
