@@ -10,6 +10,8 @@ fn main() {
 
 #[cfg(not(edgemark_loom))]
 mod demo;
+#[cfg(not(edgemark_loom))]
+mod views;
 
 #[cfg(not(edgemark_loom))]
 mod cli {
@@ -54,6 +56,10 @@ mod cli {
             /// No progress bar.
             #[arg(long)]
             quiet: bool,
+            /// Write a latency page of the final snapshots to FILE (one
+            /// self-contained HTML file).
+            #[arg(long, value_name = "FILE")]
+            html: Option<PathBuf>,
         },
         /// A stage of the demo pipeline (started by `edgemark demo`).
         #[command(hide = true)]
@@ -105,6 +111,25 @@ mod cli {
             /// Stop after this many refreshes.
             #[arg(long)]
             count: Option<u64>,
+        },
+        /// A live terminal view: latency per edge of the requests closed
+        /// since it started, rates, occupancy and the open requests
+        /// (`q` quits).
+        Top {
+            /// The region file.
+            path: PathBuf,
+            /// Seconds between refreshes.
+            #[arg(long, default_value_t = 0.5)]
+            interval: f64,
+        },
+        /// Write a latency page (waterfalls and histograms) of snapshots
+        /// collected as JSON lines, as `demo --json` writes them.
+        Report {
+            /// The JSON lines file: one snapshot per line.
+            snapshots: PathBuf,
+            /// The HTML file to write (one self-contained page).
+            #[arg(long, value_name = "FILE")]
+            html: PathBuf,
         },
         /// Free the slots of dead owners (and of control operations whose
         /// process died), and say how many.
@@ -242,6 +267,7 @@ mod cli {
                 keep,
                 seed,
                 quiet,
+                html,
             } => {
                 let opts = crate::demo::DemoOptions {
                     requests,
@@ -253,6 +279,9 @@ mod cli {
                 };
                 let result = crate::demo::run(&opts)?;
                 print!("{}", crate::demo::summary(&result));
+                if let Some(file) = html {
+                    crate::views::html::write_demo(&result.finals, &file)?;
+                }
             }
             Command::StageWorker {
                 stage,
@@ -333,6 +362,12 @@ mod cli {
                     },
                 }
                 server.shutdown();
+            }
+            Command::Top { path, interval } => {
+                crate::views::top::run(attach_for_reading(&path)?, &path, interval)?
+            }
+            Command::Report { snapshots, html } => {
+                crate::views::html::write_report(&snapshots, &html)?
             }
             Command::Reclaim { path } => {
                 let rec = attach_for_reading(&path)?;
