@@ -220,22 +220,39 @@ impl Collected {
         })
     }
 
-    /// The values of a metric over segment 0 of `edge` of every request:
-    /// event `i` for `i < events`, else the delta from event
-    /// `i - events` to the next one (only where the library would give one).
-    pub(crate) fn metric_values(&self, edge: &str, metric: usize) -> Vec<f64> {
+    /// The values of a metric over segment 0 of `edge` of every request,
+    /// and how many were left out: event `i` for `i < events` (only values
+    /// in clock domain `domain`: another domain's values count from another
+    /// origin), else the delta from event `i - events` to the next one
+    /// (only where the library would give one: both in one domain, in
+    /// order; the two events' domain may differ from request to request, as
+    /// a duration means the same in each).
+    pub(crate) fn metric_values(
+        &self,
+        edge: &str,
+        metric: usize,
+        domain: &str,
+    ) -> (Vec<f64>, usize) {
         let n = self.events.len();
-        self.requests
+        let mut left_out = 0;
+        let values = self
+            .requests
             .iter()
             .filter_map(|r| r.segments.iter().find(|s| s.edge == edge && s.segment == 0))
             .filter_map(|s| {
                 if metric < n {
-                    s.values[metric].as_ref().map(|v| v.ms)
+                    let v = s.values[metric].as_ref()?;
+                    if v.domain != domain {
+                        left_out += 1;
+                        return None;
+                    }
+                    Some(v.ms)
                 } else {
                     s.delta(metric - n, metric - n + 1)
                 }
             })
-            .collect()
+            .collect();
+        (values, left_out)
     }
 
     /// The names of the metrics [`Collected::metric_values`] takes, in

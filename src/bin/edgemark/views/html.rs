@@ -181,7 +181,7 @@ fn waterfall(
     let step = tick_step(total_ms.max(1e-3), 10.0);
     let span = ((total_ms / step).ceil() * step).max(step);
     let x = |v: f64| left + v / span * plot_w;
-    let height = top + row_h * segs.len() as f64 + 40.0;
+    let height = top + row_h * segs.len() as f64 + 44.0;
     let _ = writeln!(
         out,
         r#"<svg class="chart waterfall" id="waterfall-{which}" data-request="{which}" data-line="{line}" data-domain="{d}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="waterfall of the {which} request">"#,
@@ -195,8 +195,8 @@ fn waterfall(
             out,
             r#"<line class="grid" x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{y2:.1}"/><text class="tick" x="{x:.1}" y="{ty:.1}" text-anchor="middle">{label}</text>"#,
             x = x(t),
-            y2 = height - 30.0,
-            ty = height - 16.0,
+            y2 = height - 34.0,
+            ty = height - 20.0,
             label = tick_label(t, step),
         );
         t += step;
@@ -205,7 +205,7 @@ fn waterfall(
         out,
         r#"<text class="axis-label" x="{x:.1}" y="{y:.1}" text-anchor="middle">ms since the request began (clock domain {d})</text>"#,
         x = left + plot_w / 2.0,
-        y = height - 2.0,
+        y = height - 6.0,
         d = esc(domain),
     );
     for (row, s) in segs.iter().enumerate() {
@@ -286,7 +286,14 @@ fn excluded(c: &Collected, which: &str, r: &Request, domain: &str) -> Vec<String
     out
 }
 
-fn histogram(out: &mut String, edge: &str, metric: &str, values: &[f64]) {
+fn histogram(
+    out: &mut String,
+    edge: &str,
+    metric: &str,
+    values: &[f64],
+    left_out: usize,
+    domain: &str,
+) {
     let (width, height, left, bottom, top) = (400.0, 220.0, 44.0, 34.0, 40.0);
     let plot_w = width - left - 12.0;
     let plot_h = height - bottom - top;
@@ -295,7 +302,7 @@ fn histogram(out: &mut String, edge: &str, metric: &str, values: &[f64]) {
     let p50 = percentile(&sorted, 50.0);
     let _ = writeln!(
         out,
-        r#"<svg class="chart hist" data-edge="{e}" data-metric="{m}" data-values="{n}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="histogram of {m} on {e}">"#,
+        r#"<svg class="chart hist" data-edge="{e}" data-metric="{m}" data-values="{n}" data-left-out="{left_out}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="histogram of {m} on {e}">"#,
         e = esc(edge),
         m = esc(metric),
         n = values.len(),
@@ -308,6 +315,14 @@ fn histogram(out: &mut String, edge: &str, metric: &str, values: &[f64]) {
         n = values.len(),
         p = p50.map_or(String::new(), |p| format!(", p50 {} ms", ms(p))),
     );
+    if left_out > 0 {
+        let _ = writeln!(
+            out,
+            r#"<text class="hist-left-out" x="{x}" y="31" text-anchor="end">{left_out} not in {d}, left out</text>"#,
+            x = width - 12.0,
+            d = esc(domain),
+        );
+    }
     let base = top + plot_h;
     let _ = writeln!(
         out,
@@ -489,15 +504,16 @@ pub(crate) fn page(c: &Collected, source: &str) -> String {
     let _ = writeln!(
         out,
         r#"<h2>Histograms</h2>
-<p class="note">Segment 0 of every request, per edge: each event (ms from the request's origin) and each delta between consecutive events (only where both were recorded in one clock domain and in order), in {BINS} equal bins from the smallest value to the largest.</p>"#
+<p class="note">Segment 0 of every request, per edge: each event (ms from the request's origin in clock domain <code>{d}</code>; values of other domains are left out and counted) and each delta between consecutive events (only where both were recorded in one clock domain and in order), in {BINS} equal bins from the smallest value to the largest.</p>"#,
+        d = esc(&domain),
     );
     let names = c.metric_names();
     let mut table = String::new();
     for edge in &c.edges {
         let _ = writeln!(out, "<h3>Edge {}</h3>\n<div class=\"hists\">", esc(edge));
         for (m, name) in names.iter().enumerate() {
-            let values = c.metric_values(edge, m);
-            histogram(&mut out, edge, name, &values);
+            let (values, left_out) = c.metric_values(edge, m, &domain);
+            histogram(&mut out, edge, name, &values, left_out, &domain);
             let mut sorted = values.clone();
             sorted.sort_by(f64::total_cmp);
             let q = |p| percentile(&sorted, p).map_or("-".to_owned(), ms);
