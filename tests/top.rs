@@ -195,8 +195,12 @@ fn top_shows_edges_and_open_requests_live_and_q_restores_the_terminal() {
         Outcome::Recorded
     );
 
+    // One refresh reads the histograms, then sweeps the slots: wait for one
+    // that began after all of the above.
     let two = pane.wait_for("the view to follow the region", |s| {
-        s.contains(&later.to_string()) && !s.contains(&first.to_string())
+        s.contains(&later.to_string())
+            && !s.contains(&first.to_string())
+            && row(s, &["0->1", "emit"]).is_some_and(|r| r[2] == "2")
     });
     assert_ne!(one, two);
     // Two requests closed since top started; the one closed before is not
