@@ -3,6 +3,7 @@
 mod demo;
 mod ops;
 mod serve;
+mod views;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,10 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Write a latency page of the final snapshots to FILE (one
+        /// self-contained HTML file).
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// A stage of the demo pipeline (started by `edgemark demo`).
     #[command(hide = true)]
@@ -103,6 +108,27 @@ enum Command {
         count: Option<u64>,
         #[command(flatten)]
         trust: Trust,
+    },
+    /// A live terminal view: latency per edge of the requests closed
+    /// since it started, rates, occupancy and the open requests
+    /// (`q` quits).
+    Top {
+        /// The region file.
+        path: PathBuf,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 0.5)]
+        interval: f64,
+        #[command(flatten)]
+        trust: Trust,
+    },
+    /// Write a latency page (waterfalls and histograms) of snapshots
+    /// collected as JSON lines, as `demo --json` writes them.
+    Report {
+        /// The JSON lines file: one snapshot per line.
+        snapshots: PathBuf,
+        /// The HTML file to write (one self-contained page).
+        #[arg(long, value_name = "FILE")]
+        html: PathBuf,
     },
     /// Free the slots of dead owners (and of control operations whose
     /// process died), and say how many.
@@ -224,6 +250,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep,
             seed,
             quiet,
+            html,
         } => {
             let opts = crate::demo::DemoOptions {
                 requests,
@@ -235,6 +262,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let result = crate::demo::run(&opts)?;
             print!("{}", crate::demo::summary(&result));
+            if let Some(file) = html {
+                crate::views::html::write_demo(&result.finals, &file)?;
+            }
         }
         Command::StageWorker {
             stage,
@@ -313,6 +343,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::io::stdout().flush()?;
             crate::serve::serve(rec, listener, serve_for)?;
         }
+        Command::Top {
+            path,
+            interval,
+            trust,
+        } => crate::views::top::run(attach_for_reading(&path, trust)?, &path, interval)?,
+        Command::Report { snapshots, html } => crate::views::html::write_report(&snapshots, &html)?,
         Command::Reclaim { path, trust } => {
             let rec = attach_for_reclaim(&path, trust)?;
             let r = rec
