@@ -341,7 +341,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .with_context(|| format!("cannot listen on {listen}"))?;
             println!("serving http://{}/metrics", listener.local_addr()?);
             std::io::stdout().flush()?;
-            crate::serve::serve(rec, listener, serve_for)?;
+            // After a shrink found by a scrape, the next scrape attaches
+            // again, once the file is whole.
+            let again = path.clone();
+            let source =
+                crate::serve::Source::new(rec, move || attach_for_reading(&again, trust).ok());
+            crate::serve::serve(source, listener, serve_for)?;
         }
         Command::Top {
             path,

@@ -9,12 +9,12 @@
 //! once; more wait in the listen queue until one ends.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use edgemark::export::{self, Format};
-use edgemark::Recorder;
+use edgemark::{AttachError, Recorder};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
@@ -29,10 +29,43 @@ pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Connections served at once.
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
 
-/// Serves `/metrics` for `rec` on `listener` for `serve_for` (or until the
-/// process is killed).
+/// The region a server shows, attached again when an access found its file
+/// shrunk under the mapping (a faulted mapping stays faulted, while the
+/// file may be whole again by the next scrape).
+pub(crate) struct Source {
+    rec: Mutex<Recorder>,
+    reopen: Box<dyn Fn() -> Option<Recorder> + Send + Sync>,
+}
+
+impl Source {
+    /// `rec`, and how to attach its region again.
+    pub(crate) fn new(
+        rec: Recorder,
+        reopen: impl Fn() -> Option<Recorder> + Send + Sync + 'static,
+    ) -> Source {
+        Source {
+            rec: Mutex::new(rec),
+            reopen: Box::new(reopen),
+        }
+    }
+
+    /// The recorder to read now: the attached one, or, if an access found
+    /// its file shrunk, a fresh attach when that works.
+    fn current(&self) -> Recorder {
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(rec.check(), Err(AttachError::Shrunk)) {
+            if let Some(again) = (self.reopen)() {
+                *rec = again;
+            }
+        }
+        rec.clone()
+    }
+}
+
+/// Serves `/metrics` for `source` on `listener` for `serve_for` (or until
+/// the process is killed).
 pub(crate) fn serve(
-    rec: Recorder,
+    source: Source,
     listener: std::net::TcpListener,
     serve_for: Option<Duration>,
 ) -> Result<()> {
@@ -41,11 +74,11 @@ pub(crate) fn serve(
         .enable_time()
         .build()
         .context("cannot start the server's runtime")?;
-    runtime.block_on(accept_loop(rec, listener, serve_for))
+    runtime.block_on(accept_loop(Arc::new(source), listener, serve_for))
 }
 
 async fn accept_loop(
-    rec: Recorder,
+    source: Arc<Source>,
     listener: std::net::TcpListener,
     serve_for: Option<Duration>,
 ) -> Result<()> {
@@ -76,10 +109,10 @@ async fn accept_loop(
                 }
             },
         };
-        let rec = rec.clone();
+        let source = Arc::clone(&source);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let response = answer(&rec, &req);
+                let response = answer(&source, &req);
                 async move { Ok::<_, Infallible>(response) }
             });
             // A connection's errors (a bad request, a reset, a timeout) end
@@ -97,13 +130,13 @@ async fn accept_loop(
 }
 
 /// The response to one request.
-fn answer<B>(rec: &Recorder, req: &Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(source: &Source, req: &Request<B>) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/metrics" => match *req.method() {
             Method::GET | Method::HEAD => {
                 let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
                 let format = Format::negotiate(accept);
-                let body = export::render(rec, format);
+                let body = export::render(&source.current(), format);
                 let length = body.len();
                 let body = if req.method() == Method::HEAD {
                     Bytes::new()
