@@ -323,7 +323,7 @@ impl Proto<'_> {
                     edge,
                     index: ew.map_or(0, |e| e.index),
                     values: Values::new(),
-                    corrupt: ew.map_or(true, |e| e.count != count),
+                    corrupt: ew.is_none_or(|e| e.count != count),
                 };
                 for ev in 0..l.events as usize {
                     // AcqRel: Acquire pairs with the writers' Release CAS (we

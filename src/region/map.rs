@@ -322,7 +322,7 @@ pub(crate) fn open_copy(bytes: &[u8]) -> Result<Opened, AttachError> {
     if len == 0 {
         return Err(AttachError::NotInitialised);
     }
-    if len > MAX_REGION_BYTES || len % 8 != 0 {
+    if len > MAX_REGION_BYTES || !len.is_multiple_of(8) {
         return Err(AttachError::Length {
             actual: len,
             expected: len.next_multiple_of(8).min(MAX_REGION_BYTES),
