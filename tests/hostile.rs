@@ -562,3 +562,29 @@ fn bad_timestamps_give_an_outcome_and_write_nothing() {
     }
     assert_eq!(rec.record_elapsed(t, m, 0.0, "gpu"), Outcome::Recorded);
 }
+
+/// A hostile file that puts terminal control characters in a name shows
+/// them to nobody: attach refuses the name with it escaped, and the command
+/// says so in one line without a raw escape.
+#[test]
+fn control_characters_in_a_hostile_name_are_refused_and_shown_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _owner) = region_file(dir.path());
+    // The event table starts at byte 1280: the first event's name.
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all_at(b"\x1b]0;owned\x07\x1b[2J", 1280).unwrap();
+    let e = Recorder::attach(&p).unwrap_err();
+    let msg = e.to_string();
+    assert!(!msg.contains('\u{1b}') && !msg.contains('\u{7}'), "{msg:?}");
+    assert!(msg.contains("\\u{1b}"), "the name is shown escaped: {msg}");
+    let out = Command::new(common::edgemark_bin())
+        .arg("inspect")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+}

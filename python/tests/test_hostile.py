@@ -180,3 +180,37 @@ def test_a_sweep_that_met_a_shrunk_file_raises_and_says_why(tmp_path):
     # A single-request call does not raise: it sees nothing there.
     assert region.snapshot(t) == {}
     assert isinstance(edgemark.RegionShrunkError("x"), OSError)
+
+
+def test_a_region_of_another_user_needs_allow_foreign_owner(shared_dir):
+    """A group member's view of a region shared with the group: the file
+    belongs to another user, so attaching it is a trust decision the caller
+    states with ``allow_foreign_owner``; ``read_only`` needs read permission
+    alone and writes nothing."""
+    user = hostile_user()
+    if user is None:
+        print("SKIPPED test_a_region_of_another_user_needs_allow_foreign_owner: "
+              "not root, so no second user can own the file", file=sys.stderr)
+        return
+    path = os.path.join(shared_dir, "theirs.region")
+    mine = Region.create(path, slots=8, group_access=True)
+    t = mine.begin()
+    assert mine.record(t, 0, 1, Event.PRODUCER_FIRST_NONEMPTY_EMIT, chunk_seq=1)
+    os.chown(path, user[0], user[1])  # as if that user had created it
+    with pytest.raises(PermissionError, match="allow foreign owners"):
+        Region.attach(path)
+    theirs = Region.attach(path, allow_foreign_owner=True)
+    assert theirs.record(t, 0, 1, Event.EDGE_FIRST_SEND_COMPLETE)
+    assert set(theirs.snapshot(t)["0->1:0"]["clock_domains"]) == {
+        "producer_first_nonempty_emit",
+        "edge_first_send_complete",
+    }
+    # Read-only: opened without write access, it still sees it all.
+    os.chmod(path, 0o444)
+    viewer = Region.attach(path, allow_foreign_owner=True, read_only=True)
+    assert viewer.open_requests() == [t]
+    assert viewer.record_outcome(t, 0, 1, Event.CONSUMER_FIRST_ACCEPT) == "read_only"
+    assert viewer.begin() is None
+    assert viewer.snapshot(t) == theirs.snapshot(t)
+    with pytest.raises(PermissionError, match="read-only"):
+        viewer.reclaim_dead_owners()
