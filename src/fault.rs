@@ -69,6 +69,10 @@ static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut(
 
 static INSTALL: Once = Once::new();
 
+/// The page size, read once before the handler is installed (so that the
+/// handler makes no library call to learn it).
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+
 /// A registration of one mapping with the `SIGBUS` handler; dropping it
 /// unregisters the mapping, which must happen before the mapping is unmapped.
 #[derive(Debug)]
@@ -137,6 +141,13 @@ impl Drop for Guard {
 fn install() -> bool {
     static OK: AtomicBool = AtomicBool::new(false);
     INSTALL.call_once(|| {
+        // SAFETY: `sysconf` has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if page > 0 {
+            // Relaxed: the `sigaction` system call below orders it before
+            // any delivery to the handler.
+            PAGE.store(page as usize, Ordering::Relaxed);
+        }
         // SAFETY: `sigaction` is plain old data; all-zero is a valid value
         // that the system call overwrites.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -165,9 +176,9 @@ fn install() -> bool {
     OK.load(Ordering::Relaxed)
 }
 
-/// The `SIGBUS` handler. Async-signal-safe: atomic loads, `sysconf` and
-/// `mmap` (a system call; not on POSIX's list, but on Linux a direct call
-/// with no lock) and `sigaction`, nothing that allocates or locks.
+/// The `SIGBUS` handler. Async-signal-safe: atomic loads, `mmap` (a system
+/// call; not on POSIX's list, but on Linux a direct call with no lock),
+/// `sigaction` and `raise`, nothing that allocates or locks.
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO
     // handler; `si_addr` is the faulting address for a fault it raised.
@@ -186,11 +197,8 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             if addr < start || addr - start >= len {
                 continue;
             }
-            // SAFETY: `sysconf` is async-signal-safe.
-            let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-                p if p > 0 => p as usize,
-                _ => 4096,
-            };
+            // Relaxed: written once before the handler was installed.
+            let page = PAGE.load(Ordering::Relaxed);
             let at = addr & !(page - 1);
             let prot = if r.writable.load(Ordering::Relaxed) {
                 libc::PROT_READ | libc::PROT_WRITE

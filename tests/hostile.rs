@@ -588,3 +588,63 @@ fn control_characters_in_a_hostile_name_are_refused_and_shown_escaped() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// edgemark's SIGBUS handler handles faults in its own mappings only: a
+/// fault in any other mapping of the process still ends it, as it would
+/// without edgemark.
+#[test]
+fn a_fault_outside_edgemark_mappings_still_ends_the_process() {
+    const CHILD: &str = "EDGEMARK_FAULT_OUTSIDE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let dir = tempfile::tempdir().unwrap();
+        // An edgemark mapping: the handler is installed.
+        let (_p, rec) = region_file(dir.path());
+        assert!(rec.check().is_ok());
+        // Another file, mapped by hand, then cut under its mapping.
+        let q = dir.path().join("other");
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&q)
+            .unwrap();
+        f.set_len(65536).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of a file this process owns; no
+        // reference is formed into it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                65536,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        f.set_len(4096).unwrap();
+        // SAFETY: inside the mapping; the file no longer covers it, so this
+        // read faults, which is the point.
+        let v = unsafe { std::ptr::read_volatile(p.cast::<u8>().add(32768)) };
+        println!("survived, read {v}");
+        std::process::exit(0);
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_fault_outside_edgemark_mappings_still_ends_the_process",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
