@@ -344,6 +344,15 @@ fn readers_survive_a_group_member_shrinking_the_region_in_a_loop() {
         );
         return;
     };
+    // The exporter attaches first, while the file is whole; it must then
+    // live through everything the shrinker does.
+    let mut export = shared
+        .edgemark(None, &["export", ps, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = listening_on(&mut export);
     let mut shrinker = Command::new(python);
     shrinker
         .args(["-c", SHRINKER, ps, &seconds.to_string()])
@@ -354,13 +363,6 @@ fn readers_survive_a_group_member_shrinking_the_region_in_a_loop() {
     }
     let shrinker = shrinker.spawn().unwrap();
 
-    let mut export = shared
-        .edgemark(None, &["export", ps, "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = listening_on(&mut export);
 
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
