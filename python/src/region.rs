@@ -392,7 +392,10 @@ impl PyRegion {
     /// ``record`` with the same arguments, returning the outcome's name
     /// instead of a bool: one of ``edgemark.OUTCOME_NAMES`` (the core's
     /// list), to which ``edgemark.Outcome`` members compare equal.
-    #[pyo3(signature = (*args, **kwargs), text_signature = "(token, from_stage, to_stage, event, meaningful=True, chunk_seq=None, segment=0, elapsed_ms=None, clock_domain=None)")]
+    ///
+    /// It passes its arguments on to ``record``, which declares them, so it
+    /// costs a second call: for diagnosis, not for a hot path.
+    #[pyo3(signature = (*args, **kwargs))]
     fn record_outcome<'py>(
         slf: &Bound<'py, Self>,
         args: &Bound<'py, PyTuple>,
