@@ -401,13 +401,20 @@ impl PyRegion {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyString>> {
-        // `record` owns the signature: call it as Python would, then read
-        // the outcome it left on this thread. Nothing runs on this thread
+        // `record` owns the signature: call it as Python would, through
+        // the class's method (no bound method to make), then read the
+        // outcome it left on this thread. Nothing runs on this thread
         // between its return and the read.
-        static RECORD: PyOnceLock<Py<PyString>> = PyOnceLock::new();
+        static RECORD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let py = slf.py();
-        let name = RECORD.get_or_init(py, || PyString::intern(py, "record").unbind());
-        slf.as_any().call_method(name.bind(py), args, kwargs)?;
+        let record = RECORD.get_or_try_init(py, || {
+            Ok::<_, PyErr>(slf.get_type().getattr("record")?.unbind())
+        })?;
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(slf.as_any().clone());
+        all.extend(args.iter());
+        let with_self = PyTuple::new(py, all)?;
+        record.bind(py).call(with_self, kwargs)?;
         Ok(outcome_str(py, LAST_OUTCOME.get()))
     }
 
