@@ -572,6 +572,10 @@ fifth or so between runs, while the ratios within one run hold.
   `elapsed_ms=` records a value measured elsewhere instead; "by name" passes
   the event as its string; a duplicate is refused; a disabled region returns
   at once.
+- **edgemark `Handle.record()`** records through a handle that
+  `region.handle(token, from_stage, to_stage, event)` resolved beforehand
+  (untimed, as a caller keeps one per request and edge): no argument to
+  convert. `record_elapsed(ms, domain)` records a value measured elsewhere.
 - **Drop-in `StreamEdgeRecorder.record`** is `edgemark.stream_edge`'s
   handle, resolved to its request, edge and segment when it was made, so a
   record is one native call: in upstream's call shape (a value measured
