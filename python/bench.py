@@ -13,6 +13,9 @@ shows):
   edge and event), as a real first event does. Variants: the clock-reading
   form (the normal one), a value measured elsewhere (``elapsed_ms=``), the
   event by name, a duplicate (refused), a disabled region.
+* edgemark ``Handle.record``: ``region.handle(token, from, to, event)``
+  resolved once beforehand (untimed), then ``record()`` with no argument,
+  and ``record_elapsed(ms, domain)``.
 * The drop-in ``edgemark.stream_edge``: ``StreamEdgeRecorder.record`` in
   the call shape of upstream's callers (``elapsed_ms=``, ``clock_domain=``,
   ``meaningful=``) and reading the shared clock; every call wins a fresh
@@ -269,7 +272,7 @@ def edgemark_once(region: Region, n: int, rows: dict) -> None:
     for tok in tokens:
         region.record(tok, 0, 1, P)
         region.close(tok)
-    for variant in ("record", "record_elapsed", "record_by_name", "record_outcome"):
+    for variant in ("record", "record_elapsed", "record_by_name", "record_outcome", "handle", "handle_elapsed"):
         tokens = [region.begin() for _ in range(n)]
         assert None not in tokens, "the region is too small for --n"
         total = 0
@@ -292,11 +295,26 @@ def edgemark_once(region: Region, n: int, rows: dict) -> None:
                     for tok in tokens:
                         rec(tok, f, t, name)
 
-            else:
+            elif variant == "record_outcome":
 
                 def loop(rec=region.record_outcome, f=f, t=t, e=e):
                     for tok in tokens:
                         rec(tok, f, t, e)
+
+            else:
+                # Resolved beforehand (untimed), as a caller keeps a handle.
+                handles = [region.handle(tok, f, t, e) for tok in tokens]
+                if variant == "handle":
+
+                    def loop(handles=handles):
+                        for h in handles:
+                            h.record()
+
+                else:
+
+                    def loop(handles=handles):
+                        for h in handles:
+                            h.record_elapsed(1.5, "host_monotonic")
 
             total += timed(loop)
         # Every call above won its cell.
@@ -454,6 +472,8 @@ def run_all(region: Region, n: int, queue_n: int, repeats: int) -> dict:
             "record_elapsed",
             "record_by_name",
             "record_outcome",
+            "handle",
+            "handle_elapsed",
             "duplicate",
             "disabled",
             "empty_loop",
@@ -552,6 +572,10 @@ fifth or so between runs, while the ratios within one run hold.
   `elapsed_ms=` records a value measured elsewhere instead; "by name" passes
   the event as its string; a duplicate is refused; a disabled region returns
   at once.
+- **edgemark `Handle.record()`** records through a handle that
+  `region.handle(token, from_stage, to_stage, event)` resolved beforehand
+  (untimed, as a caller keeps one per request and edge): no argument to
+  convert. `record_elapsed(ms, domain)` records a value measured elsewhere.
 - **Drop-in `StreamEdgeRecorder.record`** is `edgemark.stream_edge`'s
   handle, resolved to its request, edge and segment when it was made, so a
   record is one native call: in upstream's call shape (a value measured
@@ -607,6 +631,8 @@ def main() -> int:
         Result("edgemark `record`, `elapsed_ms=` measured elsewhere", rows["record_elapsed"]),
         Result("edgemark `record`, event by name", rows["record_by_name"]),
         Result("edgemark `record_outcome` (returns the outcome's name)", rows["record_outcome"]),
+        Result("edgemark `Handle.record()` (resolved by `region.handle`)", rows["handle"]),
+        Result("edgemark `Handle.record_elapsed(ms, domain)`", rows["handle_elapsed"]),
         Result("edgemark `record`, duplicate (refused)", rows["duplicate"]),
         Result("edgemark `record`, disabled region", rows["disabled"]),
         Result(
@@ -631,6 +657,9 @@ def main() -> int:
     print(text)
     print()
     print(f"drop-in record / upstream design record: {dropin / upstream:.2f} (target at most 0.50)")
+    floor = statistics.median(rows["native_call"])
+    print(f"record / native call floor: {base / floor:.2f}; Handle.record / native call floor: "
+          f"{statistics.median(rows['handle']) / floor:.2f} (target for record: at most 1.30)")
     info = dict(
         machine=machine(),
         cores=os.cpu_count(),

@@ -24,7 +24,12 @@ Any process may snapshot; every removal path closes::
     final = region.close(token)     # the upstream metrics["stream_edge_metrics"] dict
 
 Recording never raises for runtime conditions: ``record`` returns ``False``
-and ``record_outcome`` says why (an ``Outcome``).
+and ``record_outcome`` says why (an ``Outcome``). A hot loop that records
+one edge and event of a request resolves them once::
+
+    h = region.handle(token, 1, 2, Event.CONSUMER_FIRST_ACCEPT)
+    h.record()                      # no argument to convert
+    h.record_elapsed(3.5, "sender") # a value measured elsewhere
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from ._edgemark import (
     MAX_CHUNK_SEQ,
     MAX_ELAPSED_MS,
     OUTCOME_NAMES,
+    Handle,
     Region,
     RegionShrunkError,
     Token,
@@ -49,6 +55,7 @@ from ._edgemark import (
 __all__ = [
     "Event",
     "EventLike",
+    "Handle",
     "Outcome",
     "Region",
     "RegionShrunkError",

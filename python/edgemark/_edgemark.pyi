@@ -27,6 +27,7 @@ __all__ = [
     "MAX_ELAPSED_MS",
     "MAX_CHUNK_SEQ",
     "OUTCOME_NAMES",
+    "Handle",
     "EVENT_NAMES",
     "__version__",
 ]
@@ -70,6 +71,19 @@ class Token:
     def __reduce__(self) -> Tuple[type, Tuple[str]]: ...
 
 @final
+class Handle:
+    """One edge and event of one request, resolved once by ``Region.handle``."""
+    @property
+    def token(self) -> Optional[Token]: ...
+    def record(self) -> bool:
+        """Records the event now on the shared clock; ``True`` if this call did."""
+    def record_outcome(self) -> str:
+        """``record`` that returns the outcome's name."""
+    def record_elapsed(self, elapsed_ms: float, clock_domain: str = "host_monotonic") -> bool:
+        """Records a value measured elsewhere; ``True`` if this call did."""
+    def record_elapsed_outcome(self, elapsed_ms: float, clock_domain: str = "host_monotonic") -> str:
+        """``record_elapsed`` that returns the outcome's name."""
+
 class RegionShrunkError(OSError):
     """A sweep met a region file truncated under this process."""
 
@@ -137,6 +151,16 @@ class Region:
         clock_domain: Optional[str] = None,
     ) -> str:
         """``record`` that returns the outcome's name (see ``edgemark.Outcome``)."""
+    def handle(
+        self,
+        token: _TokenLike,
+        from_stage: int,
+        to_stage: int,
+        event: _EventLike,
+        segment: int = 0,
+        chunk_seq: Optional[int] = None,
+    ) -> "Handle":
+        """One edge and event of the request, resolved once."""
     def start_segment(
         self, token: _TokenLike, from_stage: int, to_stage: int, segment: int
     ) -> bool:

@@ -1,8 +1,9 @@
 //! Python bindings of edgemark (built with maturin; see python/README.md).
 //!
-//! The native module `edgemark._edgemark` holds three classes, one module
-//! each: `Region` (a [`edgemark::Recorder`], `region`), `Token` (`token`)
-//! and `StreamEdgeRecorder` (a handle pre-resolved to one request, edge and
+//! The native module `edgemark._edgemark` holds four classes, one module
+//! each: `Region` (a [`edgemark::Recorder`], `region`), `Token` (`token`),
+//! `Handle` (one request, edge and event resolved once, `handle`) and
+//! `StreamEdgeRecorder` (a handle pre-resolved to one request, edge and
 //! segment, `stream_edge`). The pure-Python package `edgemark` around it adds
 //! the `Event` and `Outcome` enums and `elapsed_between`, and
 //! `edgemark.stream_edge` the drop-in for the upstream stream-edge module.
@@ -16,6 +17,7 @@
 
 mod args;
 mod errors;
+mod handle;
 mod outcome;
 mod region;
 mod snapshot;
@@ -26,6 +28,7 @@ use edgemark::HOST_MONOTONIC;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use crate::handle::PyHandle;
 use crate::region::PyRegion;
 use crate::stream_edge::PyStreamEdgeRecorder;
 use crate::token::PyToken;
@@ -50,6 +53,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyRegion>()?;
     m.add_class::<PyToken>()?;
+    m.add_class::<PyHandle>()?;
     m.add_class::<PyStreamEdgeRecorder>()?;
     m.add(
         "RegionShrunkError",

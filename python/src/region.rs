@@ -1,5 +1,6 @@
 //! `Region`: a handle on a region, the binding of the core's [`Recorder`].
 
+use std::cell::Cell;
 use std::path::PathBuf;
 
 use edgemark::{
@@ -7,13 +8,21 @@ use edgemark::{
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::args::{chunk_arg, path_arg, ChunkArg};
 use crate::errors::{attach_error, create_error, sweep_error};
+use crate::handle::PyHandle;
 use crate::outcome::outcome_str;
 use crate::snapshot;
 use crate::token::{token_arg, PyToken};
+
+thread_local! {
+    /// The outcome of this thread's last `Region.record`, which
+    /// `record_outcome` reads back.
+    static LAST_OUTCOME: Cell<Outcome> = const { Cell::new(Outcome::Disabled) };
+}
 
 /// A handle on a region: a memory-mapped file that holds, for every open
 /// request, the first time each event happened on each directed stage edge.
@@ -60,8 +69,10 @@ impl PyRegion {
     fn event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
         let n = self.n_events;
         if let Ok(i) = event.cast::<PyInt>() {
-            return match i.extract::<usize>() {
-                Ok(i) if i < n => Ok(EventId(i as u8)),
+            // `i64` reads the int in place (`PyLong_AsLongLong`); `usize`
+            // would first copy an `Event` member into a plain int.
+            return match i.extract::<i64>() {
+                Ok(i) if (0..n as i64).contains(&i) => Ok(EventId(i as u8)),
                 _ => Err(PyValueError::new_err(format!(
                     "event {i} is not in the region's schema ({n} events)"
                 ))),
@@ -343,8 +354,10 @@ impl PyRegion {
     /// request's origin; with it, ``elapsed_ms`` milliseconds measured
     /// elsewhere in ``clock_domain`` (default ``"host_monotonic"``).
     ///
-    /// Never raises for runtime conditions (see ``record_outcome``); raises
-    /// ``ValueError`` for an event the region's schema lacks.
+    /// Never raises for runtime conditions (``record_outcome`` says which
+    /// one refused a call); raises ``ValueError`` for an event the region's
+    /// schema lacks. A caller that records one edge and event of one request
+    /// from a hot loop can resolve them once with ``handle``.
     #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = 0, elapsed_ms = None, clock_domain = None))]
     #[allow(clippy::too_many_arguments)]
     fn record(
@@ -360,44 +373,6 @@ impl PyRegion {
         elapsed_ms: Option<f64>,
         clock_domain: Option<&Bound<'_, PyString>>,
     ) -> PyResult<bool> {
-        Ok(self
-            .do_record(
-                py,
-                token,
-                from_stage,
-                to_stage,
-                event,
-                meaningful,
-                chunk_seq,
-                segment,
-                elapsed_ms,
-                clock_domain,
-            )?
-            .is_success())
-    }
-
-    /// ``record`` that returns the outcome's name: ``"recorded"``,
-    /// ``"duplicate"``, ``"not_meaningful"``, ``"stale_segment"``,
-    /// ``"segment_not_started"``, ``"closed"``, ``"reused"``,
-    /// ``"clock_mismatch"``, ``"invalid"``, ``"out_of_range"``,
-    /// ``"unknown_edge"``, ``"unknown_domain"``, ``"foreign_token"``,
-    /// ``"busy"``, ``"corrupt"`` or ``"disabled"`` (``edgemark.Outcome``
-    /// members compare equal to these strings).
-    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = 0, elapsed_ms = None, clock_domain = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn record_outcome<'py>(
-        &self,
-        py: Python<'py>,
-        token: &Bound<'_, PyAny>,
-        from_stage: u32,
-        to_stage: u32,
-        event: &Bound<'_, PyAny>,
-        meaningful: bool,
-        chunk_seq: Option<&Bound<'_, PyAny>>,
-        segment: u32,
-        elapsed_ms: Option<f64>,
-        clock_domain: Option<&Bound<'_, PyString>>,
-    ) -> PyResult<Bound<'py, PyString>> {
         let o = self.do_record(
             py,
             token,
@@ -410,7 +385,80 @@ impl PyRegion {
             elapsed_ms,
             clock_domain,
         )?;
-        Ok(outcome_str(py, o))
+        LAST_OUTCOME.set(o);
+        Ok(o.is_success())
+    }
+
+    /// ``record`` with the same arguments, returning the outcome's name
+    /// instead of a bool: one of ``edgemark.OUTCOME_NAMES`` (the core's
+    /// list), to which ``edgemark.Outcome`` members compare equal.
+    ///
+    /// It passes its arguments on to ``record``, which declares them, so it
+    /// costs a second call: for diagnosis, not for a hot path.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn record_outcome<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyString>> {
+        // `record` owns the signature: call it as Python would, through
+        // the class's method (no bound method to make), then read the
+        // outcome it left on this thread. Nothing runs on this thread
+        // between its return and the read.
+        static RECORD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = slf.py();
+        let record = RECORD.get_or_try_init(py, || {
+            Ok::<_, PyErr>(slf.get_type().getattr("record")?.unbind())
+        })?;
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(slf.as_any().clone());
+        all.extend(args.iter());
+        let with_self = PyTuple::new(py, all)?;
+        record.bind(py).call(with_self, kwargs)?;
+        Ok(outcome_str(py, LAST_OUTCOME.get()))
+    }
+
+    /// A handle on one edge and event of the request ``token``, resolved
+    /// once: ``handle.record()`` then records with no argument to convert,
+    /// ``handle.record_elapsed(ms, clock_domain)`` a value measured
+    /// elsewhere. Raises what ``record`` raises for the same arguments
+    /// (``ValueError`` for an event the schema lacks); a token that is no
+    /// token, ``None`` or a disabled region give a handle whose records
+    /// return ``False`` (its ``outcome`` says why).
+    #[pyo3(signature = (token, from_stage, to_stage, event, segment = 0, chunk_seq = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn handle(
+        slf: &Bound<'_, Self>,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        event: &Bound<'_, PyAny>,
+        segment: u32,
+        chunk_seq: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyHandle> {
+        let me = slf.get();
+        let edge = Edge::new(from_stage, to_stage);
+        let label = |e: &str| format!("{from_stage}->{to_stage}:{segment} {e}");
+        if !me.rec.is_enabled() {
+            let mark = Mark::new(edge, EventId(0));
+            return Ok(PyHandle::new(
+                slf,
+                Err(Outcome::Disabled),
+                mark,
+                label(&event.to_string()),
+            ));
+        }
+        let id = me.event_id(slf.py(), event)?;
+        let mut mark = Mark::new(edge, id).segment(segment);
+        match chunk_arg(chunk_seq)? {
+            ChunkArg::Absent => {}
+            ChunkArg::Seq(c) => mark = mark.chunk_seq(c),
+            ChunkArg::Negative => {
+                return Err(PyValueError::new_err("chunk_seq must be non-negative"))
+            }
+        }
+        let name = &me.event_names()[usize::from(id.0)];
+        Ok(PyHandle::new(slf, token_arg(token), mark, label(name)))
     }
 
     /// Starts segment ``segment`` on the edge ``from_stage -> to_stage`` of

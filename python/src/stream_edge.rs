@@ -27,6 +27,24 @@ struct Target {
     token: Token,
     edge: Edge,
     segment: u32,
+    /// The schema position of each `StreamEdgeEvent` member, in the enum's
+    /// order (`None` for one the region's schema lacks), resolved once so
+    /// that a record passing a member compares pointers instead of names.
+    members: Vec<Option<EventId>>,
+}
+
+/// The members of `edgemark.stream_edge.StreamEdgeEvent`, in order.
+static MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+fn members(py: Python<'_>) -> PyResult<&Vec<Py<PyAny>>> {
+    MEMBERS.get_or_try_init(py, || {
+        let cls = py
+            .import("edgemark.stream_edge")?
+            .getattr("StreamEdgeEvent")?;
+        cls.try_iter()?
+            .map(|m| m.map(Bound::unbind))
+            .collect::<PyResult<Vec<_>>>()
+    })
 }
 
 /// A handle on one segment of one directed stage edge of one request, as
@@ -101,7 +119,13 @@ impl PyStreamEdgeRecorder {
             return Ok(Outcome::Disabled);
         };
         let rec = t.rec();
-        let Some(event) = event_id(rec, event) else {
+        let py = event.py();
+        // A member of `StreamEdgeEvent`, the common call: found by identity.
+        let member = members(py)?
+            .iter()
+            .position(|m| event.is(m))
+            .map(|i| t.members[i]);
+        let Some(event) = member.unwrap_or_else(|| event_id(rec, event)) else {
             return t.refuse(|| format!("Unknown stream-edge event {event}"));
         };
         let ms = match elapsed_ms {
@@ -179,11 +203,17 @@ impl PyStreamEdgeRecorder {
             (Some(region), Ok(token), Some(from), Some(to), Some(segment))
                 if region.get().rec.is_enabled() =>
             {
+                let rec = &region.get().rec;
+                let members = members(key.py())?
+                    .iter()
+                    .map(|m| event_id(rec, m.bind(key.py())))
+                    .collect();
                 Some(Target {
                     region,
                     token,
                     edge: Edge::new(from, to),
                     segment,
+                    members,
                 })
             }
             _ => None,

@@ -1,0 +1,145 @@
+"""Region.handle: one request, edge and event resolved once; and the one
+signature that record and record_outcome share."""
+
+import inspect
+
+import pytest
+
+import edgemark
+from edgemark import Event, Handle, Outcome, Region
+
+E = Event
+
+
+def test_handle_records_once_then_refuses_as_duplicate():
+    region = Region.in_memory()
+    t = region.begin()
+    h = region.handle(t, 0, 1, E.EDGE_FIRST_SEND_COMPLETE)
+    assert h.token == t
+    assert h.record() is True
+    assert h.record() is False
+    assert h.record_outcome() == Outcome.DUPLICATE
+    seg = region.snapshot(t)["0->1:0"]
+    assert seg["edge_first_send_complete_ms"] is not None
+    assert seg["clock_domains"] == {"edge_first_send_complete": "host_monotonic"}
+    # The same cell through Region.record is the same duplicate.
+    assert region.record_outcome(t, 0, 1, E.EDGE_FIRST_SEND_COMPLETE) == "duplicate"
+
+
+def test_handle_record_elapsed_keeps_the_value_and_domain():
+    region = Region.in_memory()
+    t = region.begin()
+    h = region.handle(t, 1, 2, "consumer_first_accept")
+    assert h.record_elapsed_outcome(-1.0, "sender") == "invalid"
+    assert h.record_elapsed(float("nan")) is False
+    assert h.record_elapsed(3.5, "sender") is True
+    assert h.record_elapsed(4.0, "sender") is False
+    seg = region.snapshot(t)["1->2:0"]
+    assert seg["consumer_first_accept_ms"] == 3.5
+    assert seg["clock_domains"]["consumer_first_accept"] == "sender"
+
+
+def test_handle_keeps_segment_and_chunk_seq():
+    region = Region.in_memory()
+    t = region.begin()
+    assert region.handle(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, segment=1).record_outcome() == (
+        "segment_not_started"
+    )
+    assert region.start_segment(t, 0, 1, 1)
+    h = region.handle(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, segment=1, chunk_seq=7)
+    assert h.record() is True
+    assert region.snapshot(t)["0->1:1"]["first_chunk_seq"] == 7
+
+
+def test_handle_after_close_is_refused():
+    region = Region.in_memory()
+    t = region.begin()
+    h = region.handle(t, 0, 1, E.CONSUMER_FIRST_ACCEPT)
+    region.close(t)
+    assert h.record_outcome() == "closed"
+    assert h.record() is False
+
+
+@pytest.mark.parametrize(
+    "token, why",
+    [(None, "disabled"), ("garbage", "invalid"), (b"\x00" * 3, "invalid")],
+)
+def test_handle_of_no_token_records_nothing(token, why):
+    region = Region.in_memory()
+    h = region.handle(token, 0, 1, E.CONSUMER_FIRST_ACCEPT)
+    assert h.token is None
+    assert h.record_outcome() == why
+    assert h.record() is False and h.record_elapsed(1.0) is False
+
+
+def test_handle_of_disabled_region_records_nothing():
+    h = Region.disabled().handle("em1.0000000000000001.0.1", 0, 1, E.CONSUMER_FIRST_ACCEPT)
+    assert h.record_outcome() == "disabled"
+    assert h.record_elapsed_outcome(1.0) == "disabled"
+    assert "disabled" in repr(h)
+
+
+def test_handle_raises_what_record_raises_for_programmer_errors():
+    region = Region.in_memory()
+    t = region.begin()
+    with pytest.raises(ValueError):
+        region.handle(t, 0, 1, "no_such_event")
+    with pytest.raises(ValueError):
+        region.handle(t, 0, 1, 9)
+    with pytest.raises(ValueError):
+        region.handle(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, chunk_seq=-1)
+    with pytest.raises(TypeError):
+        region.handle(t, 0, 1, 1.5)
+    # An undeclared edge is a runtime outcome, as for record.
+    assert region.handle(t, 5, 6, E.CONSUMER_FIRST_ACCEPT).record_outcome() == "unknown_edge"
+
+
+def test_handle_repr_names_edge_event_and_token():
+    region = Region.in_memory()
+    t = region.begin()
+    r = repr(region.handle(t, 0, 1, E.CONSUMER_FIRST_ACCEPT))
+    assert "0->1:0 consumer_first_accept" in r and str(t) in r
+    assert isinstance(region.handle(t, 0, 1, 0), Handle)
+
+
+def test_record_outcome_takes_exactly_what_record_takes():
+    region = Region.in_memory()
+    t = region.begin()
+    assert region.record_outcome(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, True, 3, 0, 1.0, "x") == "recorded"
+    assert region.record_outcome(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, meaningful=False) == "not_meaningful"
+    assert region.snapshot(t)["0->1:0"]["first_chunk_seq"] == 3
+    for bad in [dict(bogus=1), dict(token=t)]:
+        with pytest.raises(TypeError):
+            region.record_outcome(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, **bad)
+        with pytest.raises(TypeError):
+            region.record(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, **bad)
+    with pytest.raises(TypeError):
+        region.record_outcome(t, 0, 1)
+    with pytest.raises(ValueError):
+        region.record_outcome(t, 0, 1, "no_such_event")
+    # Errors name the arguments as record declares them.
+    with pytest.raises(TypeError, match="clock_domain"):
+        region.record_outcome(t, 0, 1, 0, clock_domain=5)
+
+
+def test_outcome_of_record_is_per_call_not_per_region():
+    # record_outcome reads back the outcome of its own call, whichever
+    # region or call ran before on the thread.
+    a, b = Region.in_memory(), Region.in_memory()
+    ta, tb = a.begin(), b.begin()
+    assert a.record(ta, 0, 1, 0) is True
+    assert b.record_outcome(tb, 0, 1, 0) == "recorded"
+    assert a.record_outcome(ta, 0, 1, 0) == "duplicate"
+    assert b.record_outcome(None, 0, 1, 0) == "disabled"
+    assert set(o for o in edgemark.OUTCOME_NAMES) == {o.value for o in Outcome}
+
+
+def test_record_event_as_int_enum_member_or_plain_int():
+    region = Region.in_memory()
+    t = region.begin()
+    assert region.record(t, 0, 1, int(E.CONSUMER_FIRST_ACCEPT)) is True
+    assert region.record(t, 0, 1, E.CONSUMER_FIRST_ACCEPT) is False
+    for bad in (-1, 4, 2**70):
+        with pytest.raises(ValueError):
+            region.record(t, 0, 1, bad)
+    assert inspect.isclass(Handle)
