@@ -363,7 +363,6 @@ fn readers_survive_a_group_member_shrinking_the_region_in_a_loop() {
     }
     let shrinker = shrinker.spawn().unwrap();
 
-
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
     let (mut scrapes, mut answered, mut not_ok) = (0u32, 0u32, 0u32);
