@@ -265,15 +265,32 @@ impl PartialEq for Catalog {
 #[derive(Debug)]
 pub(crate) struct Catalog {
     pub(crate) schema: Arc<Schema>,
-    domains: [OnceLock<String>; MAX_DOMAINS],
+    domains: [OnceLock<Known>; MAX_DOMAINS],
+}
+
+/// A domain name this process has met, with its packed form, which
+/// [`Catalog::lookup`] compares.
+#[derive(Debug)]
+struct Known {
+    name: String,
+    packed: [u64; NAME_WORDS],
+}
+
+impl Known {
+    fn new(name: String) -> Known {
+        Known {
+            packed: pack_name(&name),
+            name,
+        }
+    }
 }
 
 impl Catalog {
     /// A catalog knowing the schema's declared domains.
     pub(crate) fn new(schema: Arc<Schema>) -> Catalog {
-        let domains: [OnceLock<String>; MAX_DOMAINS] = std::array::from_fn(|_| OnceLock::new());
+        let domains: [OnceLock<Known>; MAX_DOMAINS] = std::array::from_fn(|_| OnceLock::new());
         for (slot, name) in domains.iter().zip(schema.domains()) {
-            let _ = slot.set(name.clone());
+            let _ = slot.set(Known::new(name.clone()));
         }
         Catalog { schema, domains }
     }
@@ -283,7 +300,26 @@ impl Catalog {
         self.domains
             .get(usize::from(id.0))?
             .get()
-            .map(String::as_str)
+            .map(|k| k.name.as_str())
+    }
+
+    /// The id of `name` if this process has met it (declared, registered or
+    /// read from the table), without touching the region: the name is
+    /// packed once and compared as four words (and a length, so that
+    /// trailing NULs cannot pass for padding) with each known name.
+    #[inline]
+    pub(crate) fn lookup(&self, name: &str) -> Option<DomainId> {
+        if name.is_empty() || name.len() > NAME_WORDS * 8 {
+            return None;
+        }
+        let packed = pack_name(name);
+        self.domains
+            .iter()
+            .position(|d| {
+                d.get()
+                    .is_some_and(|k| k.packed == packed && k.name.len() == name.len())
+            })
+            .map(|i| DomainId(i as u8))
     }
 
     /// Whether `id` names a domain, reading the region's table for an id not
@@ -297,7 +333,7 @@ impl Catalog {
         }
         match read(words, usize::from(id.0)) {
             Some(name) => {
-                let _ = slot.set(name);
+                let _ = slot.set(Known::new(name));
                 true
             }
             None => false,
@@ -311,15 +347,11 @@ impl Catalog {
         words: &[AtomicU64],
         name: &str,
     ) -> Result<DomainId, RegisterError> {
-        if let Some(i) = self
-            .domains
-            .iter()
-            .position(|d| d.get().is_some_and(|d| d == name))
-        {
-            return Ok(DomainId(i as u8));
+        if let Some(id) = self.lookup(name) {
+            return Ok(id);
         }
         let id = register(words, name)?;
-        let _ = self.domains[usize::from(id.0)].set(name.to_owned());
+        let _ = self.domains[usize::from(id.0)].set(Known::new(name.to_owned()));
         Ok(id)
     }
 
@@ -354,6 +386,28 @@ mod tests {
         assert_eq!(register(w, "sender"), Ok(DomainId(1)));
         assert_eq!(read(w, 2).as_deref(), Some("receiver"));
         assert_eq!(read(w, 3), None);
+    }
+
+    #[test]
+    fn the_catalog_finds_met_names_by_their_packed_words_only() {
+        let heap = table();
+        let w = heap.words();
+        let schema = Arc::new(Schema::stream_edges());
+        let names = Catalog::new(Arc::clone(&schema));
+        assert_eq!(names.lookup("host_monotonic"), Some(DomainId(0)));
+        assert_eq!(names.lookup("sender"), None, "not met yet");
+        assert_eq!(names.resolve(w, "sender"), Ok(DomainId(1)));
+        assert_eq!(names.lookup("sender"), Some(DomainId(1)));
+        // Same packed words, other lengths or bytes: never a match.
+        assert_eq!(names.lookup("sender\0"), None);
+        assert_eq!(names.lookup("sende"), None);
+        assert_eq!(names.lookup(""), None);
+        assert_eq!(names.lookup(&"x".repeat(33)), None);
+        // A name another process registered is met through the table.
+        assert_eq!(register(w, "receiver"), Ok(DomainId(2)));
+        assert_eq!(names.lookup("receiver"), None);
+        assert!(names.knows(w, DomainId(2)));
+        assert_eq!(names.lookup("receiver"), Some(DomainId(2)));
     }
 
     #[test]

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use crate::clock;
 use crate::domains::{Catalog, RegisterError};
 use crate::layout::{Layout, H_FLAGS};
-use crate::mark::{Edge, Mark};
+use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
 use crate::protocol::{Closed, Proto, RawSnapshot, Reclaimed, Request};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
-use crate::schema::{DomainId, EventId, Schema};
+use crate::schema::{DomainId, EventId, Schema, MAX_EVENTS};
 use crate::snapshot::{RequestState, Snapshot};
 use crate::sync::Ordering;
 use crate::token::Token;
@@ -32,6 +32,15 @@ enum ClockShare {
     Shared,
     /// It is not: only values measured elsewhere can be recorded.
     Foreign,
+}
+
+/// What the record path needs of one schema event.
+#[derive(Clone, Copy, Debug)]
+struct EventSpec {
+    /// The event's clock domain.
+    domain: DomainId,
+    /// Whether its value word keeps the chunk sequence.
+    keeps_chunk_seq: bool,
 }
 
 /// The request a token names in its region.
@@ -55,6 +64,14 @@ struct Inner {
     schema: Arc<Schema>,
     names: Arc<Catalog>,
     edges: Vec<Edge>,
+    /// `edges` by stage pair, for the record path.
+    edge_index: EdgeIndex,
+    /// Per schema event (the first `layout.events` entries): what the record
+    /// path needs of its spec, inline rather than behind the schema's `Arc`.
+    events: [EventSpec; MAX_EVENTS],
+    /// Whether the storage may be written (`storage.access()`, kept here so
+    /// the record path tests a flag).
+    writable: bool,
     region_id: u64,
     /// Whether the region's `host_monotonic` is this process's clock
     /// ([`ClockShare::Shared`]).
@@ -149,18 +166,22 @@ impl Inner {
         if mark.event.0 as u32 >= self.layout.events {
             return Err(Outcome::UnknownEvent);
         }
-        self.edges
-            .iter()
-            .position(|e| *e == mark.edge)
-            .ok_or(Outcome::UnknownEdge)
+        self.edge_index.get(mark.edge).ok_or(Outcome::UnknownEdge)
+    }
+
+    /// The record path's view of `mark`'s event, which `check_mark` has
+    /// checked is a schema event.
+    #[inline]
+    fn event(&self, mark: &Mark) -> EventSpec {
+        // A constant modulus: a mask, and no bounds check.
+        self.events[usize::from(mark.event.0) % MAX_EVENTS]
     }
 
     /// The chunk field of a value word, checked.
     #[inline]
     fn chunk(&self, mark: &Mark) -> Result<Option<u64>, Outcome> {
-        let spec = &self.schema.events()[mark.event.0 as usize];
         match mark.chunk_seq {
-            Some(c) if spec.keeps_chunk_seq() => {
+            Some(c) if self.event(mark).keeps_chunk_seq => {
                 if c > word::MAX_CHUNK_SEQ {
                     Err(Outcome::OutOfRange)
                 } else {
@@ -218,9 +239,10 @@ impl Recorder {
     #[inline]
     fn live_mut(&self) -> Result<Live<'_>, Outcome> {
         let live = self.live().ok_or(Outcome::Disabled)?;
-        match live.inner.storage.access() {
-            Access::ReadWrite => Ok(live),
-            Access::ReadOnly => Err(Outcome::ReadOnly),
+        if live.inner.writable {
+            Ok(live)
+        } else {
+            Err(Outcome::ReadOnly)
         }
     }
 
@@ -288,12 +310,25 @@ impl Recorder {
         clock: ClockShare,
     ) -> Recorder {
         let schema = Arc::new(header.schema.clone());
+        let mut events = [EventSpec {
+            domain: DomainId::HOST_MONOTONIC,
+            keeps_chunk_seq: false,
+        }; MAX_EVENTS];
+        for (spec, e) in events.iter_mut().zip(schema.events()) {
+            *spec = EventSpec {
+                domain: e.domain(),
+                keeps_chunk_seq: e.keeps_chunk_seq(),
+            };
+        }
         Recorder {
             inner: Some(Arc::new(Inner {
                 layout: header.layout,
                 names: Arc::new(Catalog::new(Arc::clone(&schema))),
                 schema,
                 edges: header.edges.clone(),
+                edge_index: EdgeIndex::new(&header.edges),
+                events,
+                writable: storage.access() == Access::ReadWrite,
                 region_id: header.region_id,
                 shared_clock: clock == ClockShare::Shared,
                 storage,
@@ -348,8 +383,7 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        let domain = inner.schema.events()[mark.event.0 as usize].domain();
-        if !inner.shared_clock || domain.0 != 0 {
+        if !inner.shared_clock || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
         let chunk = match inner.chunk(&mark) {
@@ -416,7 +450,9 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        let domain = match inner.schema.domain(domain) {
+        // The declared and met names are cached by the catalog: a known
+        // name costs one comparison of packed words, no region access.
+        let domain = match inner.names.lookup(domain) {
             Some(d) => d,
             None => match inner.resolve_domain(domain) {
                 Ok(d) => d,
