@@ -147,10 +147,11 @@ impl Inner {
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless
-    /// pids can be trusted and the thread is gone.
-    fn holder_alive(&self) -> impl Fn(u32) -> bool {
-        let trust = self.trusts_pids();
-        move |tid| !trust || process::pid_alive(tid)
+    /// pids can be trusted and the thread is gone. Trust is decided only
+    /// when a holder is judged (a close that finds its slot held), so the
+    /// common close reads no `/proc` entry.
+    fn holder_alive(&self) -> impl Fn(u32) -> bool + '_ {
+        move |tid| !self.trusts_pids() || process::pid_alive(tid)
     }
 
     /// Checks a token and a mark against the region; on success gives the
