@@ -265,7 +265,16 @@ impl PartialEq for Catalog {
 #[derive(Debug)]
 pub(crate) struct Catalog {
     pub(crate) schema: Arc<Schema>,
+    /// The schema event that keeps a chunk sequence, if one does.
+    pub(crate) chunk_event: Option<usize>,
     domains: [OnceLock<Known>; MAX_DOMAINS],
+    /// Bit `i` set once entry `i` of `domains` is: one load tells a
+    /// snapshot that all its values' domains are known. Set only after the
+    /// entry, and an unset bit only sends a reader to the entry itself, so
+    /// a stale read is merely slower. A process-local cache (the entries
+    /// hold the names), hence std's atomic, which loom need not model.
+    #[allow(clippy::disallowed_types)]
+    known: std::sync::atomic::AtomicU32,
 }
 
 /// A domain name this process has met, with its packed form, which
@@ -289,10 +298,33 @@ impl Catalog {
     /// A catalog knowing the schema's declared domains.
     pub(crate) fn new(schema: Arc<Schema>) -> Catalog {
         let domains: [OnceLock<Known>; MAX_DOMAINS] = std::array::from_fn(|_| OnceLock::new());
-        for (slot, name) in domains.iter().zip(schema.domains()) {
+        let mut known = 0u32;
+        for (i, (slot, name)) in domains.iter().zip(schema.domains()).enumerate() {
             let _ = slot.set(Known::new(name.clone()));
+            known |= 1 << i;
         }
-        Catalog { schema, domains }
+        #[allow(clippy::disallowed_types)]
+        let known = std::sync::atomic::AtomicU32::new(known);
+        Catalog {
+            chunk_event: schema.events().iter().position(|e| e.keeps_chunk_seq()),
+            schema,
+            domains,
+            known,
+        }
+    }
+
+    /// Bit `i` set: this process has met domain `i` (see `known`).
+    #[inline]
+    pub(crate) fn known_mask(&self) -> u32 {
+        // Relaxed: a hint; see the field.
+        self.known.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn mark_known(&self, id: DomainId) {
+        // Relaxed: after the entry was set by this thread or seen set; see
+        // the field.
+        self.known
+            .fetch_or(1 << (id.0 & 31), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The name of domain `id`, if this process has met it.
@@ -329,11 +361,13 @@ impl Catalog {
             return false;
         };
         if slot.get().is_some() {
+            self.mark_known(id);
             return true;
         }
         match read(words, usize::from(id.0)) {
             Some(name) => {
                 let _ = slot.set(Known::new(name));
+                self.mark_known(id);
                 true
             }
             None => false,
@@ -352,6 +386,7 @@ impl Catalog {
         }
         let id = register(words, name)?;
         let _ = self.domains[usize::from(id.0)].set(Known::new(name.to_owned()));
+        self.mark_known(id);
         Ok(id)
     }
 

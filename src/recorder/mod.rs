@@ -206,8 +206,8 @@ impl Inner {
 
     /// The public snapshot of a raw one, with values no edgemark process
     /// writes left out.
-    fn detach(&self, mut raw: RawSnapshot, state: RequestState) -> Snapshot {
-        crate::snapshot::sanitize(&mut raw, &self.names, self.storage.words());
+    fn detach(&self, raw: &mut RawSnapshot, state: RequestState) -> Snapshot {
+        crate::snapshot::sanitize(raw, &self.names, self.storage.words());
         Snapshot::from_raw(raw, state, &self.names, &self.edges)
     }
 }
@@ -566,7 +566,7 @@ impl Recorder {
                     // so each is counted once.
                     proto.account_closed(&raw);
                 }
-                Snapshot::from_raw(raw, RequestState::Closed, &inner.names, &inner.edges)
+                Snapshot::from_raw(&mut raw, RequestState::Closed, &inner.names, &inner.edges)
             }
             Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
             Err(_) => Snapshot::gone(),
@@ -580,7 +580,7 @@ impl Recorder {
             return Snapshot::gone();
         };
         match proto.snapshot(request(token)) {
-            Some(raw) => inner.detach(raw, RequestState::Open),
+            Some(mut raw) => inner.detach(&mut raw, RequestState::Open),
             None => Snapshot::gone(),
         }
     }
@@ -614,8 +614,65 @@ impl Recorder {
     /// Errors as [`Recorder::for_each_open`].
     pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, AttachError> {
         let mut out = Vec::new();
-        self.for_each_open(|t, s| out.push((t, s)))?;
+        self.snapshot_open_into(&mut out)?;
         Ok(out)
+    }
+
+    /// [`Recorder::snapshot_open`] into a buffer the caller keeps between
+    /// sweeps: `out` is replaced by the snapshots of every open request, and
+    /// its storage, and that of the snapshots already in it, is reused. A
+    /// sweep into a buffer that an earlier sweep of as many requests filled
+    /// allocates nothing, as long as no request has more than two edge
+    /// segments with events (a snapshot holds two inline).
+    ///
+    /// Errors as [`Recorder::for_each_open`]; on an error `out` holds the
+    /// snapshots swept before it.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event, Mark, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// rec.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+    /// let mut open = Vec::new();
+    /// for _ in 0..3 {
+    ///     // An exporter's loop: one buffer for every scrape.
+    ///     rec.snapshot_open_into(&mut open)?;
+    ///     assert_eq!(open.len(), 1);
+    ///     assert_eq!(open[0].0, t);
+    /// }
+    /// # Ok::<(), edgemark::AttachError>(())
+    /// ```
+    pub fn snapshot_open_into(&self, out: &mut Vec<(Token, Snapshot)>) -> Result<(), AttachError> {
+        let mut filled = 0;
+        let swept = match self.live_for_sweep() {
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+            Ok(Some(live)) => {
+                let Live { inner, proto } = live;
+                let mut raw = RawSnapshot::default();
+                live.sweep(|req| {
+                    if !proto.snapshot_into(req, &mut raw) {
+                        return;
+                    }
+                    crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
+                    let token = inner.token(req);
+                    let state = RequestState::Open;
+                    match out.get_mut(filled) {
+                        Some((t, snap)) => {
+                            *t = token;
+                            snap.refill(&mut raw, state, &inner.names, &inner.edges);
+                        }
+                        None => out.push((
+                            token,
+                            Snapshot::from_raw(&mut raw, state, &inner.names, &inner.edges),
+                        )),
+                    }
+                    filled += 1;
+                })
+            }
+        };
+        out.truncate(filled);
+        swept
     }
 
     /// One sweep of the region: calls `f` with the token and a snapshot of
@@ -645,12 +702,15 @@ impl Recorder {
             return Ok(());
         };
         let Live { inner, proto } = live;
+        // One buffer for the sweep's reads: each request costs its detached
+        // snapshot only (inline, for up to two edge segments).
+        let mut raw = RawSnapshot::default();
         live.sweep(|req| {
-            if let Some(raw) = proto.snapshot(req) {
-                // A snapshot read from a page replaced under it is zeros,
-                // which no open request holds: `snapshot` gives `None` for
-                // it, and the sweep fails at its next slot.
-                f(inner.token(req), inner.detach(raw, RequestState::Open));
+            // A snapshot read from a page replaced under it is zeros, which
+            // no open request holds: `snapshot_into` says so for it, and the
+            // sweep fails at its next slot.
+            if proto.snapshot_into(req, &mut raw) {
+                f(inner.token(req), inner.detach(&mut raw, RequestState::Open));
             }
         })
     }
