@@ -272,7 +272,9 @@ impl Snapshot {
         self.state = state;
         self.dropped_segments = raw.dropped;
         self.corrupt = raw.corrupt;
-        self.segments.clear();
+        // Segments already here are overwritten in place: a refilled
+        // buffer keeps their catalog handles (no reference count touched).
+        let mut n = 0;
         // The protocol reads edges in declared order and each edge's kept
         // segments by count, so by index: already in snapshot order unless
         // a region holds entry words edgemark never wrote.
@@ -288,15 +290,28 @@ impl Snapshot {
                 continue;
             };
             let key = (s.edge, s.index);
-            sorted &= self.segments.is_empty() || key > last;
+            sorted &= n == 0 || key > last;
             last = key;
-            self.segments.push(EdgeSegment {
-                edge,
-                segment_index: s.index,
-                values: std::mem::replace(&mut s.values, Values::new()),
-                names: Arc::clone(names),
-            });
+            let values = std::mem::replace(&mut s.values, Values::new());
+            match self.segments.get_mut(n) {
+                Some(seg) => {
+                    seg.edge = edge;
+                    seg.segment_index = s.index;
+                    seg.values = values;
+                    if !Arc::ptr_eq(&seg.names, names) {
+                        seg.names = Arc::clone(names);
+                    }
+                }
+                None => self.segments.push(EdgeSegment {
+                    edge,
+                    segment_index: s.index,
+                    values,
+                    names: Arc::clone(names),
+                }),
+            }
+            n += 1;
         }
+        self.segments.truncate(n);
         raw.segments.clear();
         if !sorted {
             self.segments

@@ -178,12 +178,9 @@ impl Values {
     /// (bit `i` for domain `i`).
     #[inline]
     pub(crate) fn all_in(&self, mask: u32) -> bool {
-        self.words[..self.len()]
+        self.words
             .iter()
-            .all(|&w| match word::decode(w) {
-                Cell::Value(v) => mask & (1 << (v.domain & 31)) != 0,
-                _ => true,
-            })
+            .all(|&w| word::value_domain(w).is_none_or(|d| mask & (1 << (d & 31)) != 0))
     }
     pub(crate) fn any(&self) -> bool {
         self.words[..self.len()].iter().any(|w| *w != 0)
