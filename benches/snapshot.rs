@@ -9,6 +9,8 @@
 //!   handled and dropped in turn.
 //! - `snapshot/full_region_collect`: the same sweep through
 //!   [`Recorder::snapshot_open`], all snapshots kept in one `Vec`.
+//! - `snapshot/full_region_into`: the same sweep through
+//!   [`Recorder::snapshot_open_into`] into a `Vec` kept between sweeps.
 //!
 //! Both include building and dropping the detached snapshots: a caller pays
 //! for both.
@@ -68,6 +70,15 @@ fn snapshots(c: &mut Criterion) {
     // The same sweep, every snapshot kept in one Vec.
     g.bench_function("full_region_collect", |b| {
         b.iter(|| rec.snapshot_open().unwrap())
+    });
+    // The same, into a buffer kept between sweeps (an exporter's loop): no
+    // allocation after the first.
+    let mut kept = Vec::new();
+    g.bench_function("full_region_into", |b| {
+        b.iter(|| {
+            rec.snapshot_open_into(&mut kept).unwrap();
+            kept.len()
+        })
     });
     g.finish();
 }

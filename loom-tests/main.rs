@@ -856,7 +856,11 @@ fn m8_reclaim_races_a_live_owners_close() {
         let rec = region(1, 1);
         let t = rec.begin().unwrap();
         let rr = rec.clone();
-        let reclaimer = spawn(move || rr.reclaim_where(|_| true, |_| false).freed());
+        let reclaimer = spawn(move || {
+            rr.reclaim_where(|_| true, |_| false)
+                .expect("an in-memory region cannot shrink")
+                .freed()
+        });
         let o = emit(&rec, t, 0, 1.0, 1);
         let last = view(&rec.close(t));
         let freed = reclaimer.join().unwrap();

@@ -99,6 +99,9 @@ pub(crate) struct Layout {
     pub(crate) edges: u32,
     pub(crate) events: u32,
     pub(crate) slot_words: usize,
+    /// `ceil(2^64 / segments)`, so that [`Layout::ring`] takes a count
+    /// modulo `segments` with two multiplications instead of a division.
+    ring_magic: u64,
     /// Words of the statistics area between the header and the slots.
     pub(crate) stats_words: usize,
     pub(crate) total_words: usize,
@@ -151,6 +154,7 @@ impl Layout {
             edges,
             events,
             slot_words,
+            ring_magic: (u64::MAX / segments as u64).wrapping_add(1),
             stats_words,
             total_words: HEADER_WORDS + stats_words + slots as usize * slot_words,
         })
@@ -222,10 +226,19 @@ impl Layout {
         self.entry(slot, edge, entry) + 1 + event
     }
 
-    /// The ring entry that holds segment count `count`.
+    /// The ring entry that holds segment count `count`: `count % segments`,
+    /// computed without a hardware division (the record path runs this).
+    ///
+    /// Lemire's "fastmod" (Lemire, Kaser and Kurz, *Faster Remainder by
+    /// Direct Computation*, 2019): with `M = ceil(2^64 / d)`, the low 64 bits
+    /// of `M * n` are the fraction `n / d` scaled by 2^64, and multiplying
+    /// that fraction by `d` gives the remainder in the high word; exact for
+    /// every 32-bit `n` and `d` (for `d = 1`, `M` wraps to 0 and the result
+    /// is 0, as it should be).
     #[inline]
     pub(crate) fn ring(&self, count: u32) -> usize {
-        (count % self.segments) as usize
+        let fraction = self.ring_magic.wrapping_mul(u64::from(count));
+        ((u128::from(fraction) * u128::from(self.segments)) >> 64) as usize
     }
 
     /// The counts of the kept segments when the current count is `count`:
@@ -290,6 +303,17 @@ mod tests {
         assert_eq!(l.slot_stride_bytes() % 128, 0);
         let last = l.cell(4095, 1, 3, 3);
         assert!(last < l.total_words);
+    }
+
+    #[test]
+    fn the_ring_entry_is_the_count_modulo_the_kept_segments() {
+        for k in 1..=MAX_SEGMENTS {
+            let l = Layout::new(1, k, 1, 1).unwrap();
+            let edge_counts = (0..4096).chain(MAX_COUNT - 4096..=MAX_COUNT);
+            for c in edge_counts.chain([u32::MAX - 1, u32::MAX]) {
+                assert_eq!(l.ring(c), (c % k) as usize, "count {c}, K {k}");
+            }
+        }
     }
 
     #[test]

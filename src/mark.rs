@@ -90,3 +90,106 @@ impl Mark {
         self.meaningful
     }
 }
+
+/// Slots of an [`EdgeIndex`]: a power of two, at least twice
+/// [`MAX_EDGES`](crate::layout::MAX_EDGES), so a probe always meets an
+/// empty slot and most lookups end at the first.
+const INDEX_SLOTS: usize = 128;
+const _: () = assert!(INDEX_SLOTS.is_power_of_two() && INDEX_SLOTS >= 2 * crate::layout::MAX_EDGES);
+
+/// A region's declared edges by stage pair: the record path finds an edge's
+/// index with one multiply and, almost always, one probe, instead of a
+/// search of the edge list.
+///
+/// An open-addressed table (linear probing) keyed by `from | to << 32`.
+/// Invariant: each declared edge is in exactly one slot, which holds its
+/// key and its index plus one; fewer than half the slots are used, so every
+/// probe sequence reaches an empty slot (index 0).
+#[derive(Clone)]
+pub(crate) struct EdgeIndex {
+    keys: [u64; INDEX_SLOTS],
+    /// The edge's index plus one; 0 for an empty slot.
+    indexes: [u8; INDEX_SLOTS],
+}
+
+impl EdgeIndex {
+    /// The index of `edges`, which the header codec has validated (at most
+    /// `MAX_EDGES`, no duplicates); edges beyond the limit are left out.
+    pub(crate) fn new(edges: &[Edge]) -> EdgeIndex {
+        let mut index = EdgeIndex {
+            keys: [0; INDEX_SLOTS],
+            indexes: [0; INDEX_SLOTS],
+        };
+        for (i, edge) in edges.iter().take(crate::layout::MAX_EDGES).enumerate() {
+            let key = Self::key(*edge);
+            let mut s = Self::home(key);
+            while index.indexes[s] != 0 && index.keys[s] != key {
+                s = (s + 1) & (INDEX_SLOTS - 1);
+            }
+            if index.indexes[s] == 0 {
+                index.keys[s] = key;
+                index.indexes[s] = i as u8 + 1;
+            }
+        }
+        index
+    }
+
+    #[inline]
+    fn key(edge: Edge) -> u64 {
+        u64::from(edge.from) | (u64::from(edge.to) << 32)
+    }
+
+    /// The first slot probed for `key`: the top bits of a Fibonacci hash.
+    #[inline]
+    fn home(key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - INDEX_SLOTS.trailing_zeros())) as usize
+    }
+
+    /// The index of `edge` among the declared edges, if it is one.
+    #[inline]
+    pub(crate) fn get(&self, edge: Edge) -> Option<usize> {
+        let key = Self::key(edge);
+        let mut s = Self::home(key);
+        loop {
+            let i = self.indexes[s];
+            if i == 0 {
+                return None;
+            }
+            if self.keys[s] == key {
+                return Some(usize::from(i - 1));
+            }
+            s = (s + 1) & (INDEX_SLOTS - 1);
+        }
+    }
+}
+
+impl fmt::Debug for EdgeIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let used = self.indexes.iter().filter(|&&i| i != 0).count();
+        f.debug_struct("EdgeIndex").field("edges", &used).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_edge_index_finds_every_declared_edge_and_nothing_else() {
+        // The most edges a region holds, with stage pairs that collide in
+        // the low bits.
+        let edges: Vec<Edge> = (0..64u32)
+            .map(|i| Edge::new(i * 128, i * 128 + 1 + (i % 3)))
+            .collect();
+        let index = EdgeIndex::new(&edges);
+        for (i, e) in edges.iter().enumerate() {
+            assert_eq!(index.get(*e), Some(i), "{e}");
+        }
+        assert_eq!(index.get(Edge::new(1, 0)), None);
+        assert_eq!(index.get(Edge::new(0, 0)), None);
+        assert_eq!(index.get(Edge::new(u32::MAX, u32::MAX)), None);
+        let small = EdgeIndex::new(&[Edge::new(0, 1), Edge::new(1, 2)]);
+        assert_eq!(small.get(Edge::new(1, 2)), Some(1));
+        assert_eq!(small.get(Edge::new(2, 1)), None);
+    }
+}

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
+use smallvec::SmallVec;
 
 use crate::domains::Catalog;
 use crate::mark::Edge;
@@ -56,7 +57,6 @@ pub struct EdgeSegment {
     segment_index: u32,
     /// One value word per schema event, inline.
     values: Values,
-    first_chunk_seq: Option<u64>,
     names: Arc<Catalog>,
 }
 
@@ -80,7 +80,8 @@ impl EdgeSegment {
     /// The chunk sequence number of the winning write of the chunk-keeping
     /// event (the producer event in the default schema).
     pub fn first_chunk_seq(&self) -> Option<u64> {
-        self.first_chunk_seq
+        let i = self.names.chunk_event?;
+        self.values.get(i)?.chunk_seq
     }
     /// The snapshot key, `"from->to:segment"`.
     pub fn key(&self) -> String {
@@ -169,7 +170,7 @@ impl Serialize for EdgeSegment {
         m.serialize_entry("from_stage", &self.edge.from)?;
         m.serialize_entry("to_stage", &self.edge.to)?;
         m.serialize_entry("segment_index", &self.segment_index)?;
-        m.serialize_entry("first_chunk_seq", &self.first_chunk_seq)?;
+        m.serialize_entry("first_chunk_seq", &self.first_chunk_seq())?;
         m.serialize_entry("clock_domains", &Domains(self))?;
         let mut key = String::with_capacity(48);
         for (spec, v) in self.names.schema.events().iter().zip(self.all()) {
@@ -186,6 +187,11 @@ impl Serialize for EdgeSegment {
 /// domain in the region's table) and marks their segment corrupt.
 pub(crate) fn sanitize(raw: &mut RawSnapshot, names: &Catalog, words: &[AtomicU64]) {
     for seg in &mut raw.segments {
+        if seg.values.all_in(names.known_mask()) {
+            // Every value's domain is one this process has met: nothing to
+            // drop (the common case, one test per segment).
+            continue;
+        }
         for i in 0..seg.values.len() {
             if seg
                 .values
@@ -214,8 +220,14 @@ pub struct Snapshot {
     state: RequestState,
     dropped_segments: u64,
     corrupt: bool,
-    segments: Vec<EdgeSegment>,
+    /// The first [`INLINE_SEGMENTS`] inline: building a snapshot of a
+    /// request with no more edge segments than that allocates nothing.
+    segments: SmallVec<[EdgeSegment; INLINE_SEGMENTS]>,
 }
+
+/// Edge segments a [`Snapshot`] holds without allocating: one segment on
+/// each of two edges, the default pipeline's (stage 0 -> 1 -> 2).
+const INLINE_SEGMENTS: usize = 2;
 
 impl Snapshot {
     /// An empty snapshot.
@@ -229,41 +241,81 @@ impl Snapshot {
             state,
             dropped_segments: 0,
             corrupt: false,
-            segments: Vec::new(),
+            segments: SmallVec::new(),
         }
     }
 
     /// A snapshot of a raw one that [`sanitize`] has seen.
     pub(crate) fn from_raw(
-        raw: RawSnapshot,
+        raw: &mut RawSnapshot,
         state: RequestState,
         names: &Arc<Catalog>,
         edges: &[Edge],
     ) -> Snapshot {
-        let chunk_event = names
-            .schema
-            .events()
-            .iter()
-            .position(|e| e.keeps_chunk_seq());
-        let corrupt = raw.corrupt;
-        let mut segments: Vec<EdgeSegment> = raw
-            .segments
-            .into_iter()
-            .filter(|s| s.values.any())
-            .map(|s| EdgeSegment {
-                edge: edges[s.edge],
-                segment_index: s.index,
-                values: s.values,
-                first_chunk_seq: chunk_event.and_then(|i| s.values.get(i)?.chunk_seq),
-                names: Arc::clone(names),
-            })
-            .collect();
-        segments.sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
-        Snapshot {
-            state,
-            dropped_segments: raw.dropped,
-            corrupt,
-            segments,
+        let mut snap = Snapshot::empty(state);
+        snap.refill(raw, state, names, edges);
+        snap
+    }
+
+    /// Makes this snapshot the one of `raw` (which [`sanitize`] has seen),
+    /// reusing its segments' storage: no allocation unless `raw` has more
+    /// segments with events than this snapshot ever held (and more than
+    /// [`INLINE_SEGMENTS`]). Moves the values out of `raw`, leaving its
+    /// segments empty (their storage is kept for the next read).
+    pub(crate) fn refill(
+        &mut self,
+        raw: &mut RawSnapshot,
+        state: RequestState,
+        names: &Arc<Catalog>,
+        edges: &[Edge],
+    ) {
+        self.state = state;
+        self.dropped_segments = raw.dropped;
+        self.corrupt = raw.corrupt;
+        // Segments already here are overwritten in place: a refilled
+        // buffer keeps their catalog handles (no reference count touched).
+        let mut n = 0;
+        // The protocol reads edges in declared order and each edge's kept
+        // segments by count, so by index: already in snapshot order unless
+        // a region holds entry words edgemark never wrote.
+        let mut sorted = true;
+        let mut last = (0, 0);
+        // Each segment's fields are read in place (a drained copy on the
+        // stack, read back at other widths, stalled every segment).
+        for s in raw.segments.iter_mut() {
+            if !s.values.any() {
+                continue;
+            }
+            let Some(&edge) = edges.get(s.edge) else {
+                continue;
+            };
+            let key = (s.edge, s.index);
+            sorted &= n == 0 || key > last;
+            last = key;
+            let values = std::mem::replace(&mut s.values, Values::new());
+            match self.segments.get_mut(n) {
+                Some(seg) => {
+                    seg.edge = edge;
+                    seg.segment_index = s.index;
+                    seg.values = values;
+                    if !Arc::ptr_eq(&seg.names, names) {
+                        seg.names = Arc::clone(names);
+                    }
+                }
+                None => self.segments.push(EdgeSegment {
+                    edge,
+                    segment_index: s.index,
+                    values,
+                    names: Arc::clone(names),
+                }),
+            }
+            n += 1;
+        }
+        self.segments.truncate(n);
+        raw.segments.clear();
+        if !sorted {
+            self.segments
+                .sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
         }
     }
 

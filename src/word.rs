@@ -84,6 +84,17 @@ pub(crate) const fn value(domain: u8, chunk_seq: Option<u64>, elapsed_us: u64) -
         | elapsed_us
 }
 
+/// The clock domain of a value word; `None` for any other kind. What
+/// [`decode`] would say of the domain, without decoding the rest.
+#[inline]
+pub(crate) const fn value_domain(word: u64) -> Option<u8> {
+    if word >> KIND_SHIFT == KIND_VALUE {
+        Some(((word >> (ELAPSED_BITS + CHUNK_BITS)) & (MAX_DOMAINS as u64 - 1)) as u8)
+    } else {
+        None
+    }
+}
+
 #[inline]
 pub(crate) const fn decode(word: u64) -> Cell {
     let rest = word & !(3 << KIND_SHIFT);
@@ -233,6 +244,17 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn the_domain_of_a_value_word_is_the_decoded_one() {
+        for d in 0..MAX_DOMAINS as u8 {
+            let w = value(d, Some(MAX_CHUNK_SEQ), MAX_ELAPSED_US);
+            assert_eq!(value_domain(w), Some(d));
+        }
+        assert_eq!(value_domain(empty(3, 1)), None);
+        assert_eq!(value_domain(sealed(3, 1)), None);
+        assert_eq!(value_domain(u64::MAX), None);
     }
 
     #[test]

@@ -225,3 +225,58 @@ fn refused_records_allocate_nothing() {
         assert_eq!(*o, expected[i % expected.len()], "call {i}");
     }
 }
+
+/// A region with `n` open requests, each with every event of both edges.
+fn swept_region(n: usize) -> (tempfile::TempDir, Recorder, Vec<Token>) {
+    let (dir, rec) = region();
+    let marks = marks();
+    let tokens = begin(&rec, n, &marks);
+    for &t in &tokens {
+        for &m in &marks {
+            assert_eq!(rec.record(t, m), Outcome::Recorded);
+        }
+    }
+    (dir, rec, tokens)
+}
+
+#[test]
+fn a_second_sweep_into_a_reused_buffer_allocates_nothing() {
+    let (_dir, rec, tokens) = swept_region(REQUESTS);
+    let mut open = Vec::new();
+    rec.snapshot_open_into(&mut open).unwrap();
+    assert_eq!(open.len(), REQUESTS);
+    let calls = allocator_calls(|| rec.snapshot_open_into(&mut open).unwrap());
+    assert_eq!(calls, 0, "a sweep into a reused buffer allocated");
+    // And it is the same sweep as the allocating one.
+    let fresh = rec.snapshot_open().unwrap();
+    assert_eq!(open, fresh);
+    assert_eq!(open.iter().map(|(t, _)| *t).collect::<Vec<_>>(), tokens);
+    assert!(open.iter().all(|(_, s)| s.segments().len() == 2));
+}
+
+#[test]
+fn for_each_open_allocates_nothing_for_requests_of_two_segments() {
+    let (_dir, rec, tokens) = swept_region(REQUESTS);
+    let sweep = |rec: &Recorder| {
+        let mut values = 0;
+        let calls = allocator_calls(|| {
+            rec.for_each_open(|_, s| values += s.segments().len())
+                .unwrap()
+        });
+        (calls, values)
+    };
+    let (few, values) = sweep(&rec);
+    assert_eq!(values, 2 * REQUESTS);
+    // Twice the requests, the same allocations: none of them per request.
+    let more: Vec<Token> = (0..REQUESTS).map(|_| rec.begin().unwrap()).collect();
+    for &t in &more {
+        for &m in &marks() {
+            rec.record(t, m);
+        }
+    }
+    let (many, values) = sweep(&rec);
+    assert_eq!(values, 4 * REQUESTS);
+    assert_eq!(few, many, "allocations grew with the requests swept");
+    assert_eq!(many, 0, "a sweep allocated");
+    drop(tokens);
+}

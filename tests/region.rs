@@ -803,3 +803,50 @@ fn the_fuzz_seed_is_a_working_region() {
     assert_eq!(rec.info().unwrap().slots, 2);
     assert_eq!(rec.edges(), [Edge::new(0, 1)]);
 }
+
+#[test]
+fn a_sweep_into_a_kept_buffer_replaces_what_it_held() {
+    let (_dir, _path, rec) = region();
+    let a = rec.begin().unwrap();
+    let b = rec.begin().unwrap();
+    assert_eq!(
+        at(&rec, a, Mark::new(E01, ProducerFirstNonemptyEmit), 1.0),
+        Outcome::Recorded
+    );
+    // b has more edge segments than a snapshot holds inline.
+    let accept = |edge, seg| Mark::new(edge, ConsumerFirstAccept).segment(seg);
+    assert_eq!(at(&rec, b, accept(E01, 0), 2.0), Outcome::Recorded);
+    assert_eq!(rec.start_segment(b, E01, 1), Outcome::Started);
+    assert_eq!(at(&rec, b, accept(E01, 1), 3.0), Outcome::Recorded);
+    assert_eq!(at(&rec, b, accept(E12, 0), 4.0), Outcome::Recorded);
+    let mut open = Vec::new();
+    rec.snapshot_open_into(&mut open).unwrap();
+    assert_eq!(open, rec.snapshot_open().unwrap());
+    assert_eq!(open.len(), 2);
+    assert_eq!(open[1].1.segments().len(), 3);
+    assert_eq!(
+        open[1]
+            .1
+            .segment(E01, 1)
+            .unwrap()
+            .elapsed_ms(ConsumerFirstAccept),
+        Some(3.0)
+    );
+    // Fewer requests: the buffer shrinks to them, and what it held for a
+    // slot now used by another request is replaced.
+    rec.close(a);
+    let c = rec.begin().unwrap();
+    rec.close(b);
+    rec.snapshot_open_into(&mut open).unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].0, c);
+    assert!(open[0].1.is_empty());
+    assert_eq!(open, rec.snapshot_open().unwrap());
+    rec.close(c);
+    rec.snapshot_open_into(&mut open).unwrap();
+    assert!(open.is_empty());
+    // A disabled recorder sweeps nothing into it.
+    open.push((c, rec.snapshot(c)));
+    Recorder::disabled().snapshot_open_into(&mut open).unwrap();
+    assert!(open.is_empty());
+}

@@ -78,6 +78,17 @@ impl Shared {
         let bin = dir.path().join("edgemark");
         std::fs::copy(env!("CARGO_BIN_EXE_edgemark"), &bin).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A process that another test thread forks while the copy is open
+        // for writing keeps it open until it execs, and until then running
+        // the copy fails with ETXTBSY ("text file busy"): wait that out.
+        for _ in 0..200 {
+            match Command::new(&bin).arg("--version").output() {
+                Err(e) if e.raw_os_error() == Some(26) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => break,
+            }
+        }
         Shared { dir, bin }
     }
 

@@ -61,32 +61,100 @@ use crate::outcome::Outcome;
 use crate::schema::MAX_EVENTS;
 use crate::sync::{AtomicU64, Ordering};
 use crate::word::{self, Cell, Value};
+use smallvec::SmallVec;
 
-/// The values of one edge segment, one per schema event, inline (no
-/// allocation): each a value word as read from the region, or 0 where
-/// nothing was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The values of one edge segment, one per schema event: each a value word
+/// as read from the region, or 0 where nothing was recorded. Up to
+/// [`INLINE_EVENTS`] inline (no allocation; the default schema has four
+/// events), more on the heap; kept small because snapshots and sweeps move
+/// it around.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Values {
-    words: [u64; MAX_EVENTS],
-    len: u8,
+    /// At most `MAX_EVENTS` words.
+    words: SmallVec<[u64; INLINE_EVENTS]>,
 }
 
+impl Clone for Values {
+    #[inline]
+    fn clone(&self) -> Values {
+        // In one piece: the derived clone appends word by word.
+        Values::from_words(&self.words)
+    }
+}
+
+/// Kept segments (over all edges) a [`RawSnapshot`] holds without
+/// allocating: one on each of four edges, or the default window of four on
+/// one.
+pub(crate) const INLINE_SEGMENTS: usize = 4;
+
+/// Events whose values a segment holds without allocating.
+pub(crate) const INLINE_EVENTS: usize = 4;
+const _: () = assert!(INLINE_EVENTS <= MAX_EVENTS);
+
 impl Values {
-    pub(crate) const fn new() -> Values {
+    pub(crate) fn new() -> Values {
         Values {
-            words: [0; MAX_EVENTS],
-            len: 0,
+            words: SmallVec::new(),
         }
     }
     /// Appends one event's value (`None`: not recorded).
     pub(crate) fn push(&mut self, v: Option<Value>) {
         // The layout validated at most MAX_EVENTS events.
-        let i = (self.len as usize).min(MAX_EVENTS - 1);
-        self.words[i] = v.map_or(0, |v| word::value(v.domain, v.chunk_seq, v.elapsed_us));
-        self.len = self.len.saturating_add(1).min(MAX_EVENTS as u8);
+        if self.words.len() < MAX_EVENTS {
+            self.words
+                .push(v.map_or(0, |v| word::value(v.domain, v.chunk_seq, v.elapsed_us)));
+        }
+    }
+    /// The values of the first `len` of `cells`, one cell word per event
+    /// as read from the region, decoded in place (the rest of `cells` must
+    /// be zero); and whether a cell held bits edgemark never writes. The
+    /// decoding is [`RawSegment::push_cell`]'s. Fixed-size copies only: a
+    /// copy of a length known at run time is a call to `memcpy`.
+    #[inline]
+    pub(crate) fn from_cells(cells: &mut [u64; MAX_EVENTS], len: usize) -> (Values, bool) {
+        let len = len.min(MAX_EVENTS);
+        let mut corrupt = false;
+        for cell in &mut cells[..len] {
+            match word::decode(*cell) {
+                Cell::Value(_) => {}
+                Cell::Empty { .. } | Cell::Sealed => *cell = 0,
+                Cell::Corrupt => {
+                    corrupt = true;
+                    *cell = 0;
+                }
+            }
+        }
+        let values = if len <= INLINE_EVENTS {
+            let mut buf = [0u64; INLINE_EVENTS];
+            buf.copy_from_slice(&cells[..INLINE_EVENTS]);
+            Values {
+                words: SmallVec::from_buf_and_len(buf, len),
+            }
+        } else {
+            Values::from_words(&cells[..len])
+        };
+        (values, corrupt)
+    }
+
+    /// Values holding `words` (at most `MAX_EVENTS`), built in one piece
+    /// (no append loop) and inline when they fit.
+    #[inline]
+    fn from_words(words: &[u64]) -> Values {
+        let words = &words[..words.len().min(MAX_EVENTS)];
+        if words.len() <= INLINE_EVENTS {
+            let mut buf = [0u64; INLINE_EVENTS];
+            buf[..words.len()].copy_from_slice(words);
+            Values {
+                words: SmallVec::from_buf_and_len(buf, words.len()),
+            }
+        } else {
+            Values {
+                words: SmallVec::from_slice(words),
+            }
+        }
     }
     pub(crate) fn len(&self) -> usize {
-        self.len as usize
+        self.words.len()
     }
     /// Event `i`'s value.
     pub(crate) fn get(&self, i: usize) -> Option<Value> {
@@ -106,6 +174,14 @@ impl Values {
     pub(crate) fn iter(&self) -> impl Iterator<Item = Option<Value>> + '_ {
         (0..self.len()).map(|i| self.get(i))
     }
+    /// Whether every recorded value's clock domain has its bit in `mask`
+    /// (bit `i` for domain `i`).
+    #[inline]
+    pub(crate) fn all_in(&self, mask: u32) -> bool {
+        self.words
+            .iter()
+            .all(|&w| word::value_domain(w).is_none_or(|d| mask & (1 << (d & 31)) != 0))
+    }
     pub(crate) fn any(&self) -> bool {
         self.words[..self.len()].iter().any(|w| *w != 0)
     }
@@ -124,7 +200,9 @@ pub(crate) struct RawSegment {
 /// What a snapshot or close read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RawSnapshot {
-    pub(crate) segments: Vec<RawSegment>,
+    /// Inline up to [`INLINE_SEGMENTS`]: reading a request with no more
+    /// kept segments than that allocates nothing.
+    pub(crate) segments: SmallVec<[RawSegment; INLINE_SEGMENTS]>,
     pub(crate) dropped: u64,
     pub(crate) corrupt: bool,
 }
@@ -142,6 +220,15 @@ pub(crate) struct Proto<'a> {
 pub(crate) struct Request {
     pub(crate) slot: u32,
     pub(crate) gen: u32,
+}
+
+impl RawSnapshot {
+    /// Empties the snapshot, keeping its segments' storage.
+    pub(crate) fn clear(&mut self) {
+        self.segments.clear();
+        self.dropped = 0;
+        self.corrupt = false;
+    }
 }
 
 impl RawSegment {

@@ -3,6 +3,7 @@
 
 use super::{Proto, RawSegment, RawSnapshot, Request, Values};
 use crate::report::Owner;
+use crate::schema::MAX_EVENTS;
 use crate::sync::Ordering;
 use crate::word::{self, SlotState};
 
@@ -10,6 +11,14 @@ impl<'a> Proto<'a> {
     /// Reads the current state of an open request without changing it.
     /// `None` if the token's request is not open.
     pub(crate) fn snapshot(&self, req: Request) -> Option<RawSnapshot> {
+        let mut snap = RawSnapshot::default();
+        self.snapshot_into(req, &mut snap).then_some(snap)
+    }
+
+    /// [`Proto::snapshot`] into `snap`, whose segments' storage is reused
+    /// (it is cleared first): a sweep reads every request into one buffer.
+    /// `false` (and `snap` meaningless) if the request is not open.
+    pub(crate) fn snapshot_into(&self, req: Request, snap: &mut RawSnapshot) -> bool {
         let Request { slot, gen } = req;
         let l = self.layout;
         let open = |h: u64| {
@@ -20,9 +29,10 @@ impl<'a> Proto<'a> {
         // Acquire: pairs with the Release head store of `begin` (and of each
         // control operation), so the slot's layout is visible.
         if !open(self.w(l.head(slot)).load(Ordering::Acquire)) {
-            return None;
+            return false;
         }
-        let mut snap = RawSnapshot::default();
+        snap.clear();
+        let events = (l.events as usize).min(MAX_EVENTS);
         for edge in 0..l.edges as usize {
             // Acquire: pairs with the Release store of the segment word in
             // `begin` / `start_segment`: the kept entries are laid.
@@ -50,35 +60,35 @@ impl<'a> Proto<'a> {
                     // Being relaid for a newer segment: it has left the window.
                     continue;
                 }
-                let mut seg = RawSegment {
-                    edge,
-                    index: ew.index,
-                    values: Values::new(),
-                    corrupt: false,
-                };
-                for ev in 0..l.events as usize {
+                // The cells are read into a local array and decoded at once
+                // (one value at a time into the segment made every append
+                // wait on the last one's length).
+                let mut cells = [0u64; MAX_EVENTS];
+                for (ev, cell) in cells[..events].iter_mut().enumerate() {
                     // Acquire: pairs with the writers' Release CAS (the value
                     // comes with the head as new as its request) and with
                     // `start_segment`'s Release relay (a relaid cell comes
                     // with its new entry word, checked below).
-                    seg.push_cell(
-                        self.w(l.cell(slot, edge, entry, ev))
-                            .load(Ordering::Acquire),
-                    );
+                    *cell = self
+                        .w(l.cell(slot, edge, entry, ev))
+                        .load(Ordering::Acquire);
                 }
                 if entry_word.load(Ordering::Relaxed) != before {
                     continue;
                 }
-                snap.corrupt |= seg.corrupt;
-                snap.segments.push(seg);
+                let (values, corrupt) = Values::from_cells(&mut cells, events);
+                snap.corrupt |= corrupt;
+                snap.segments.push(RawSegment {
+                    edge,
+                    index: ew.index,
+                    values,
+                    corrupt,
+                });
             }
         }
         // Acquire: a close that sealed cells we read (their swaps are
         // Release, after its `Closing` store) is visible here.
-        if !open(self.w(l.head(slot)).load(Ordering::Acquire)) {
-            return None;
-        }
-        Some(snap)
+        open(self.w(l.head(slot)).load(Ordering::Acquire))
     }
 
     /// Every open request in slots `from..to`, slot by slot.

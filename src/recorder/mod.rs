@@ -7,13 +7,13 @@ use std::sync::Arc;
 use crate::clock;
 use crate::domains::{Catalog, RegisterError};
 use crate::layout::{Layout, H_FLAGS};
-use crate::mark::{Edge, Mark};
+use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
 use crate::protocol::{Closed, Proto, RawSnapshot, Reclaimed, Request};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
-use crate::schema::{DomainId, EventId, Schema};
+use crate::schema::{DomainId, EventId, Schema, MAX_EVENTS};
 use crate::snapshot::{RequestState, Snapshot};
 use crate::sync::Ordering;
 use crate::token::Token;
@@ -32,6 +32,15 @@ enum ClockShare {
     Shared,
     /// It is not: only values measured elsewhere can be recorded.
     Foreign,
+}
+
+/// What the record path needs of one schema event.
+#[derive(Clone, Copy, Debug)]
+struct EventSpec {
+    /// The event's clock domain.
+    domain: DomainId,
+    /// Whether its value word keeps the chunk sequence.
+    keeps_chunk_seq: bool,
 }
 
 /// The request a token names in its region.
@@ -55,6 +64,14 @@ struct Inner {
     schema: Arc<Schema>,
     names: Arc<Catalog>,
     edges: Vec<Edge>,
+    /// `edges` by stage pair, for the record path.
+    edge_index: EdgeIndex,
+    /// Per schema event (the first `layout.events` entries): what the record
+    /// path needs of its spec, inline rather than behind the schema's `Arc`.
+    events: [EventSpec; MAX_EVENTS],
+    /// Whether the storage may be written (`storage.access()`, kept here so
+    /// the record path tests a flag).
+    writable: bool,
     region_id: u64,
     /// Whether the region's `host_monotonic` is this process's clock
     /// ([`ClockShare::Shared`]).
@@ -130,10 +147,11 @@ impl Inner {
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless
-    /// pids can be trusted and the thread is gone.
-    fn holder_alive(&self) -> impl Fn(u32) -> bool {
-        let trust = self.trusts_pids();
-        move |tid| !trust || process::pid_alive(tid)
+    /// pids can be trusted and the thread is gone. Trust is decided only
+    /// when a holder is judged (a close that finds its slot held), so the
+    /// common close reads no `/proc` entry.
+    fn holder_alive(&self) -> impl Fn(u32) -> bool + '_ {
+        move |tid| !self.trusts_pids() || process::pid_alive(tid)
     }
 
     /// Checks a token and a mark against the region; on success gives the
@@ -149,18 +167,22 @@ impl Inner {
         if mark.event.0 as u32 >= self.layout.events {
             return Err(Outcome::UnknownEvent);
         }
-        self.edges
-            .iter()
-            .position(|e| *e == mark.edge)
-            .ok_or(Outcome::UnknownEdge)
+        self.edge_index.get(mark.edge).ok_or(Outcome::UnknownEdge)
+    }
+
+    /// The record path's view of `mark`'s event, which `check_mark` has
+    /// checked is a schema event.
+    #[inline]
+    fn event(&self, mark: &Mark) -> EventSpec {
+        // A constant modulus: a mask, and no bounds check.
+        self.events[usize::from(mark.event.0) % MAX_EVENTS]
     }
 
     /// The chunk field of a value word, checked.
     #[inline]
     fn chunk(&self, mark: &Mark) -> Result<Option<u64>, Outcome> {
-        let spec = &self.schema.events()[mark.event.0 as usize];
         match mark.chunk_seq {
-            Some(c) if spec.keeps_chunk_seq() => {
+            Some(c) if self.event(mark).keeps_chunk_seq => {
                 if c > word::MAX_CHUNK_SEQ {
                     Err(Outcome::OutOfRange)
                 } else {
@@ -184,8 +206,8 @@ impl Inner {
 
     /// The public snapshot of a raw one, with values no edgemark process
     /// writes left out.
-    fn detach(&self, mut raw: RawSnapshot, state: RequestState) -> Snapshot {
-        crate::snapshot::sanitize(&mut raw, &self.names, self.storage.words());
+    fn detach(&self, raw: &mut RawSnapshot, state: RequestState) -> Snapshot {
+        crate::snapshot::sanitize(raw, &self.names, self.storage.words());
         Snapshot::from_raw(raw, state, &self.names, &self.edges)
     }
 }
@@ -218,9 +240,10 @@ impl Recorder {
     #[inline]
     fn live_mut(&self) -> Result<Live<'_>, Outcome> {
         let live = self.live().ok_or(Outcome::Disabled)?;
-        match live.inner.storage.access() {
-            Access::ReadWrite => Ok(live),
-            Access::ReadOnly => Err(Outcome::ReadOnly),
+        if live.inner.writable {
+            Ok(live)
+        } else {
+            Err(Outcome::ReadOnly)
         }
     }
 
@@ -288,12 +311,25 @@ impl Recorder {
         clock: ClockShare,
     ) -> Recorder {
         let schema = Arc::new(header.schema.clone());
+        let mut events = [EventSpec {
+            domain: DomainId::HOST_MONOTONIC,
+            keeps_chunk_seq: false,
+        }; MAX_EVENTS];
+        for (spec, e) in events.iter_mut().zip(schema.events()) {
+            *spec = EventSpec {
+                domain: e.domain(),
+                keeps_chunk_seq: e.keeps_chunk_seq(),
+            };
+        }
         Recorder {
             inner: Some(Arc::new(Inner {
                 layout: header.layout,
                 names: Arc::new(Catalog::new(Arc::clone(&schema))),
                 schema,
                 edges: header.edges.clone(),
+                edge_index: EdgeIndex::new(&header.edges),
+                events,
+                writable: storage.access() == Access::ReadWrite,
                 region_id: header.region_id,
                 shared_clock: clock == ClockShare::Shared,
                 storage,
@@ -348,8 +384,7 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        let domain = inner.schema.events()[mark.event.0 as usize].domain();
-        if !inner.shared_clock || domain.0 != 0 {
+        if !inner.shared_clock || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
         let chunk = match inner.chunk(&mark) {
@@ -416,7 +451,9 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        let domain = match inner.schema.domain(domain) {
+        // The declared and met names are cached by the catalog: a known
+        // name costs one comparison of packed words, no region access.
+        let domain = match inner.names.lookup(domain) {
             Some(d) => d,
             None => match inner.resolve_domain(domain) {
                 Ok(d) => d,
@@ -529,7 +566,7 @@ impl Recorder {
                     // so each is counted once.
                     proto.account_closed(&raw);
                 }
-                Snapshot::from_raw(raw, RequestState::Closed, &inner.names, &inner.edges)
+                Snapshot::from_raw(&mut raw, RequestState::Closed, &inner.names, &inner.edges)
             }
             Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
             Err(_) => Snapshot::gone(),
@@ -543,7 +580,7 @@ impl Recorder {
             return Snapshot::gone();
         };
         match proto.snapshot(request(token)) {
-            Some(raw) => inner.detach(raw, RequestState::Open),
+            Some(mut raw) => inner.detach(&mut raw, RequestState::Open),
             None => Snapshot::gone(),
         }
     }
@@ -577,8 +614,65 @@ impl Recorder {
     /// Errors as [`Recorder::for_each_open`].
     pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, AttachError> {
         let mut out = Vec::new();
-        self.for_each_open(|t, s| out.push((t, s)))?;
+        self.snapshot_open_into(&mut out)?;
         Ok(out)
+    }
+
+    /// [`Recorder::snapshot_open`] into a buffer the caller keeps between
+    /// sweeps: `out` is replaced by the snapshots of every open request, and
+    /// its storage, and that of the snapshots already in it, is reused. A
+    /// sweep into a buffer that an earlier sweep of as many requests filled
+    /// allocates nothing, as long as no request has more than two edge
+    /// segments with events (a snapshot holds two inline).
+    ///
+    /// Errors as [`Recorder::for_each_open`]; on an error `out` holds the
+    /// snapshots swept before it.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event, Mark, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// rec.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+    /// let mut open = Vec::new();
+    /// for _ in 0..3 {
+    ///     // An exporter's loop: one buffer for every scrape.
+    ///     rec.snapshot_open_into(&mut open)?;
+    ///     assert_eq!(open.len(), 1);
+    ///     assert_eq!(open[0].0, t);
+    /// }
+    /// # Ok::<(), edgemark::AttachError>(())
+    /// ```
+    pub fn snapshot_open_into(&self, out: &mut Vec<(Token, Snapshot)>) -> Result<(), AttachError> {
+        let mut filled = 0;
+        let swept = match self.live_for_sweep() {
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+            Ok(Some(live)) => {
+                let Live { inner, proto } = live;
+                let mut raw = RawSnapshot::default();
+                live.sweep(|req| {
+                    if !proto.snapshot_into(req, &mut raw) {
+                        return;
+                    }
+                    crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
+                    let token = inner.token(req);
+                    let state = RequestState::Open;
+                    match out.get_mut(filled) {
+                        Some((t, snap)) => {
+                            *t = token;
+                            snap.refill(&mut raw, state, &inner.names, &inner.edges);
+                        }
+                        None => out.push((
+                            token,
+                            Snapshot::from_raw(&mut raw, state, &inner.names, &inner.edges),
+                        )),
+                    }
+                    filled += 1;
+                })
+            }
+        };
+        out.truncate(filled);
+        swept
     }
 
     /// One sweep of the region: calls `f` with the token and a snapshot of
@@ -608,12 +702,15 @@ impl Recorder {
             return Ok(());
         };
         let Live { inner, proto } = live;
+        // One buffer for the sweep's reads: each request costs its detached
+        // snapshot only (inline, for up to two edge segments).
+        let mut raw = RawSnapshot::default();
         live.sweep(|req| {
-            if let Some(raw) = proto.snapshot(req) {
-                // A snapshot read from a page replaced under it is zeros,
-                // which no open request holds: `snapshot` gives `None` for
-                // it, and the sweep fails at its next slot.
-                f(inner.token(req), inner.detach(raw, RequestState::Open));
+            // A snapshot read from a page replaced under it is zeros, which
+            // no open request holds: `snapshot_into` says so for it, and the
+            // sweep fails at its next slot.
+            if proto.snapshot_into(req, &mut raw) {
+                f(inner.token(req), inner.detach(&mut raw, RequestState::Open));
             }
         })
     }

@@ -17,7 +17,7 @@
 //! - [`orchestrator`]: the demo process itself;
 //! - [`worker`]: a stage worker process and its threads;
 //! - [`timers`]: the worker engine's timer heap;
-//! - [`mod@summary`]: the printed table.
+//! - [`summary`](mod@summary): the printed table.
 
 mod orchestrator;
 mod rng;
