@@ -4,9 +4,15 @@
 //! - `record/floor_clock_cas`: the least a record can cost, one read of the
 //!   clock edgemark uses ([`edgemark::monotonic_ns`]) plus one
 //!   compare-and-swap on a fresh, zeroed heap cell.
+//! - `record/floor_tsc_cas`: the same with the time-stamp counter read as a
+//!   counter region reads it (`lfence; rdtsc`) instead of the clock.
 //! - `record/edgemark`: a full [`Recorder::record`] on a file-backed region
 //!   (the default geometry: 4096 slots, edges 0->1 and 1->2), every
 //!   iteration a first write.
+//! - `record/edgemark_counter`: the same on a region created with
+//!   [`Clock::Counter`](edgemark::Clock::Counter) (where the kernel trusts
+//!   the counter; elsewhere the region falls back to the monotonic clock and
+//!   the bench says so).
 //! - `record/edgemark_duplicate`: a record that loses to an earlier write.
 //! - `record/mutex_map`: the upstream in-process design, a mutex-guarded map
 //!   in the request's state, first write wins.
@@ -43,7 +49,7 @@ mod common;
 
 use common::{marks, EDGES, MARKS_PER_REQUEST, ROLE};
 use criterion::{criterion_group, Criterion};
-use edgemark::{monotonic_ns, Mark, Outcome, Recorder, Token};
+use edgemark::{monotonic_ns, Clock, Mark, Outcome, Recorder, Token};
 
 /// The owner's socket path (child role `uds-owner`).
 const OWNER_SOCKET: &str = "EDGEMARK_BENCH_OWNER_SOCKET";
@@ -60,11 +66,17 @@ const CHANNEL_CAPACITY: usize = 1024;
 /// A file-backed region of the default geometry on the memory-backed
 /// filesystem (where production regions live).
 fn region(dir: &Path) -> Recorder {
+    region_with(dir, Clock::Monotonic)
+}
+
+/// [`region`] with the shared clock `clock`.
+fn region_with(dir: &Path, clock: Clock) -> Recorder {
     Recorder::builder()
         .edge(0, 1)
         .edge(1, 2)
         .slots(SLOTS as u32)
-        .create(dir.join("record.region"))
+        .clock(clock)
+        .create(dir.join(format!("record-{clock}.region")))
         .expect("create the region")
 }
 
@@ -116,6 +128,36 @@ impl FloorCells {
             .compare_exchange(0, now | 1, Ordering::Release, Ordering::Relaxed)
             .is_ok()
     }
+
+    /// [`FloorCells::record`] with the counter read as a counter region
+    /// reads it (`lfence; rdtsc`) instead of the clock.
+    #[inline(always)]
+    fn record_tsc(&self, i: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = tsc();
+        self.0[i]
+            .compare_exchange(0, now | 1, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+/// The time-stamp counter as a counter region's record reads it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tsc() -> u64 {
+    // SAFETY: `lfence` and `rdtsc` exist on every x86_64 processor and touch
+    // no memory.
+    unsafe {
+        std::arch::x86_64::_mm_lfence();
+        std::arch::x86_64::_rdtsc()
+    }
+}
+
+/// Elsewhere there is no counter: the floor falls back to the clock.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn tsc() -> u64 {
+    monotonic_ns()
 }
 
 /// Runs `iters` first writes in chunks: `lay(n)` prepares `n` fresh cells
@@ -476,6 +518,17 @@ fn uncontended(c: &mut Criterion) {
         })
     });
 
+    g.bench_function("floor_tsc_cas", |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                |n| cells.reset(n),
+                |_, n| (0..n).map(|i| u64::from(cells.record_tsc(i))).sum(),
+                |_| {},
+            )
+        })
+    });
+
     let dir = region_dir();
     let rec = region(dir.path());
     g.bench_function("edgemark", |b| {
@@ -485,6 +538,21 @@ fn uncontended(c: &mut Criterion) {
                 |n| begin_for(&rec, n),
                 |tokens, n| edgemark_first_writes(&rec, tokens, &marks, n),
                 |tokens| close_all(&rec, tokens),
+            )
+        })
+    });
+
+    let counter = region_with(dir.path(), Clock::Counter);
+    if counter.clock() != Some(Clock::Counter) {
+        eprintln!("record/edgemark_counter: the counter is not trusted here; the region uses the monotonic clock");
+    }
+    g.bench_function("edgemark_counter", |b| {
+        b.iter_custom(|iters| {
+            chunked(
+                iters,
+                |n| begin_for(&counter, n),
+                |tokens, n| edgemark_first_writes(&counter, tokens, &marks, n),
+                |tokens| close_all(&counter, tokens),
             )
         })
     });

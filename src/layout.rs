@@ -36,6 +36,11 @@ pub(crate) const H_CREATOR_PID: usize = 16;
 pub(crate) const H_FLAGS: usize = 17;
 /// The creator's pid namespace (inode of `/proc/self/ns/pid`, 0 if none).
 pub(crate) const H_PID_NS: usize = 18;
+/// The kind of the region's shared clock ([`crate::Clock::word`]).
+pub(crate) const H_CLOCK_KIND: usize = 19;
+/// A counter region's calibrated rate: counter ticks per 2^32 ns
+/// ([`crate::clock::RATE_BITS`]); 0 in a monotonic region.
+pub(crate) const H_COUNTER_RATE: usize = 20;
 // Written at run time, each group on its own cache line, away from the
 // read-mostly words above.
 /// The begin cursor: where the next `begin` starts its search.

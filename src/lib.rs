@@ -79,7 +79,7 @@ mod sync;
 mod token;
 mod word;
 
-pub use clock::{monotonic_ns, ClockIdentity};
+pub use clock::{monotonic_ns, Clock, ClockIdentity, DISTRUST_COUNTER_ENV};
 pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;

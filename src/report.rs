@@ -36,8 +36,13 @@ pub struct RegionInfo {
     pub bytes: u64,
     /// The clock the region's `host_monotonic` domain is.
     pub clock: ClockIdentity,
-    /// Whether this process shares that clock.
+    /// Whether this process shares that clock: it may begin requests and
+    /// record values in `host_monotonic` (false in another boot or time
+    /// namespace, and in a counter region whose counter this process does
+    /// not trust).
     pub shares_clock: bool,
+    /// The kind of the region's shared clock.
+    pub clock_kind: crate::Clock,
     /// Creation time, nanoseconds since the Unix epoch.
     pub created_unix_ns: u64,
     /// The creating process.

@@ -18,12 +18,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use edgemark::{Edge, Event, Mark, Outcome, Recorder};
+use edgemark::{Clock, Edge, Event, Mark, Outcome, Recorder};
 
 const CHILD: &str = "EDGEMARK_NO_SYSCALL_CHILD";
 const BEGIN_MARKER: &str = "/edgemark-no-syscall-marker/begin";
 const END_MARKER: &str = "/edgemark-no-syscall-marker/end";
-const TEST_NAME: &str = "record_loop_makes_no_system_call";
 const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
 /// Requests in the loop: 8 first writes each, 100,000 in all.
 const REQUESTS: usize = 12_500;
@@ -31,10 +30,22 @@ const DOMAIN: &str = "worker_local";
 
 #[test]
 fn record_loop_makes_no_system_call() {
+    traced("record_loop_makes_no_system_call", Clock::Monotonic);
+}
+
+#[test]
+fn counter_record_loop_makes_no_system_call() {
+    traced("counter_record_loop_makes_no_system_call", Clock::Counter);
+}
+
+/// Runs the record loop on a region with `clock` under strace, as the test
+/// `test_name` re-executed (the child runs the loop itself).
+fn traced(test_name: &str, clock: Clock) {
     if let Some(dir) = std::env::var_os(CHILD) {
-        record_loop(Path::new(&dir));
+        record_loop(Path::new(&dir), clock);
         return;
     }
+
     let under_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
     if let Err(why) = strace_works() {
         if under_ci {
@@ -43,7 +54,7 @@ fn record_loop_makes_no_system_call() {
         // Straight to stderr, past the harness's capture, so the skip shows.
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED {TEST_NAME}: {why} (install strace to run it; under CI=true this fails)"
+            "SKIPPED {test_name}: {why} (install strace to run it; under CI=true this fails)"
         );
         return;
     }
@@ -56,7 +67,7 @@ fn record_loop_makes_no_system_call() {
         .arg("-o")
         .arg(&log)
         .arg(&exe)
-        .args(["--exact", TEST_NAME, "--test-threads=1", "--nocapture"])
+        .args(["--exact", test_name, "--test-threads=1", "--nocapture"])
         .env(CHILD, dir.path())
         .output()
         .unwrap();
@@ -124,14 +135,23 @@ fn calls_between_markers(trace: &str) -> Vec<String> {
 }
 
 /// The child: a region set up, then the markers around the record loop.
-fn record_loop(dir: &Path) {
+fn record_loop(dir: &Path, clock: Clock) {
     let rec = Recorder::builder()
         .edge(0, 1)
         .edge(1, 2)
         .slots(16_384)
         .domain(DOMAIN)
+        .clock(clock)
         .create(dir.join("no-syscall.region"))
         .unwrap();
+    if rec.clock() != Some(clock) {
+        // The counter is not trusted here: the loop runs on the fallback.
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTE: the {clock} clock is not trusted here; the loop reads the {} clock",
+            rec.clock().unwrap()
+        );
+    }
     let marks: Vec<Mark> = EDGES
         .iter()
         .flat_map(|&e| Event::ALL.map(|ev| Mark::new(e, ev).chunk_seq(9)))

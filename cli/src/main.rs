@@ -85,6 +85,11 @@ enum Command {
         /// Let the file's group use the region (mode 0660 instead of 0600).
         #[arg(long, alias = "group")]
         group_access: bool,
+        /// The shared clock: 'monotonic' (CLOCK_MONOTONIC) or 'counter' (the
+        /// time-stamp counter, where the kernel trusts it; otherwise the
+        /// region gets 'monotonic', and this says so).
+        #[arg(long, default_value = "monotonic", value_parser = ["monotonic", "counter"])]
+        clock: String,
     },
     /// Print a region's header, geometry, schema, counters and open requests.
     Inspect {
@@ -279,12 +284,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             segments,
             domains,
             group_access,
+            clock,
         } => {
+            let asked: edgemark::Clock = clock.parse().map_err(anyhow::Error::msg)?;
             let mut b = Recorder::builder()
                 .edges(edges)
                 .slots(slots)
                 .segments(segments)
-                .group_access(group_access);
+                .group_access(group_access)
+                .clock(asked);
             for d in &domains {
                 b = b.domain(d);
             }
@@ -297,6 +305,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 info.slots,
                 info.region_id
             );
+            println!("clock   {}", info.clock_kind);
+            if info.clock_kind != asked {
+                println!(
+                    "note: the {asked} clock is not trusted on this machine; \
+                     the region uses the {} clock",
+                    info.clock_kind
+                );
+            }
         }
         Command::Inspect { path, json, trust } => {
             let rec = attach_for_reading(&path, trust)?;
@@ -438,6 +454,7 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             "clock": {
                 "boot_id": format!("{:032x}", info.clock.boot_id),
                 "time_namespace": info.clock.time_namespace,
+                "kind": info.clock_kind.name(),
                 "shared_with_this_process": info.shares_clock,
             },
             "created_unix_ns": info.created_unix_ns,
@@ -473,7 +490,8 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
     }
     println!("domains    {}", schema.domains().join(", "));
     println!(
-        "clock      boot {:032x}, time namespace {} ({})",
+        "clock      {}, boot {:032x}, time namespace {} ({})",
+        info.clock_kind,
         info.clock.boot_id,
         info.clock.time_namespace,
         if info.shares_clock {

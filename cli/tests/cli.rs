@@ -410,3 +410,38 @@ fn a_region_of_another_user_needs_allow_foreign_owner() {
     let token = stdout(&edgemark(&["begin", ps, "--allow-foreign-owner"]));
     assert!(token.starts_with("em1."), "{token}");
 }
+
+#[test]
+fn create_takes_the_clock_and_inspect_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mono = dir.path().join("mono.region");
+    let m = mono.to_str().unwrap();
+    let o = edgemark(&["create", m, "--edge", "0:1"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("clock   monotonic"), "{}", stdout(&o));
+    let o = edgemark(&["inspect", m, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["clock"]["kind"], "monotonic");
+
+    let counter = dir.path().join("counter.region");
+    let c = counter.to_str().unwrap();
+    let o = edgemark(&["create", c, "--edge", "0:1", "--clock", "counter"]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    // Either the counter, or the fallback and a note saying so.
+    let kind = if out.contains("clock   counter") {
+        "counter"
+    } else {
+        assert!(out.contains("clock   monotonic"), "{out}");
+        assert!(out.contains("not trusted on this machine"), "{out}");
+        "monotonic"
+    };
+    let o = edgemark(&["inspect", c, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["clock"]["kind"], kind);
+    assert!(stdout(&edgemark(&["inspect", c])).contains(&format!("clock      {kind}, boot")));
+
+    let o = edgemark(&["create", c, "--edge", "0:1", "--clock", "sundial"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sundial"));
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::path::PathBuf;
 
 use super::{ClockShare, Recorder};
-use crate::clock::ClockIdentity;
+use crate::clock::{self, Clock, ClockIdentity};
 use crate::layout::H_FLAGS;
 use crate::mark::Edge;
 use crate::process;
@@ -132,12 +132,22 @@ impl AttachOptions {
                 AttachError::TimeNamespaceMismatch
             });
         }
-        Ok(if same_clock {
-            ClockShare::Shared
-        } else {
+        Ok(if !same_clock {
             ClockShare::Foreign
+        } else if h.clock_kind == Clock::Counter && !self.read_only && !counter_agrees(h) {
+            ClockShare::Untrusted
+        } else {
+            ClockShare::Shared
         })
     }
+}
+
+/// Whether this process trusts the counter of a counter region: the kernel
+/// does, and a short calibration (about 10 ms) agrees with the region's rate
+/// within [`clock::RATE_TOLERANCE_PPM`].
+fn counter_agrees(h: &Header) -> bool {
+    clock::counter_untrusted().is_none()
+        && clock::calibrate(2, 5_000_000).is_some_and(|r| clock::rates_agree(h.counter_rate, r))
 }
 
 impl Recorder {

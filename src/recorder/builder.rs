@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::{ClockShare, Recorder};
+use crate::clock::Clock;
 use crate::mark::Edge;
 use crate::region::{self, CreateError, Header};
 use crate::schema::{Schema, SchemaError};
@@ -28,6 +29,7 @@ pub struct RegionBuilder {
     segments: u32,
     schema: Schema,
     group_access: bool,
+    clock: Clock,
     /// Why `domain` refused a name, reported by `create`.
     bad_domain: Option<SchemaError>,
 }
@@ -40,6 +42,7 @@ impl Default for RegionBuilder {
             segments: 4,
             schema: Schema::stream_edges(),
             group_access: false,
+            clock: Clock::Monotonic,
             bad_domain: None,
         }
     }
@@ -91,6 +94,26 @@ impl RegionBuilder {
         self
     }
 
+    /// The region's shared clock (default [`Clock::Monotonic`]).
+    /// [`Clock::Counter`] is honoured only where the kernel trusts the
+    /// time-stamp counter and its calibration succeeds (about 15 ms at
+    /// creation); elsewhere the region is created with
+    /// [`Clock::Monotonic`]: [`Recorder::clock`] says which it got.
+    ///
+    /// ```
+    /// # use edgemark::{Clock, Recorder};
+    /// let rec = Recorder::builder()
+    ///     .edge(0, 1)
+    ///     .clock(Clock::Counter)
+    ///     .create_in_memory()
+    ///     .unwrap();
+    /// assert!(matches!(rec.clock(), Some(Clock::Counter | Clock::Monotonic)));
+    /// ```
+    pub fn clock(mut self, clock: Clock) -> RegionBuilder {
+        self.clock = clock;
+        self
+    }
+
     fn header(&self) -> Result<Header, CreateError> {
         if let Some(bad) = &self.bad_domain {
             return Err(CreateError::Schema(bad.clone()));
@@ -101,6 +124,7 @@ impl RegionBuilder {
             self.segments,
             &self.schema,
             self.group_access,
+            self.clock,
         )
     }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::clock;
+use crate::clock::{self, Clock, CounterScale};
 use crate::domains::{Catalog, RegisterError};
 use crate::layout::{Layout, H_FLAGS};
 use crate::mark::{Edge, EdgeIndex, Mark};
@@ -30,6 +30,11 @@ pub use builder::RegionBuilder;
 enum ClockShare {
     /// It is (same boot, same time namespace): records may read the clock.
     Shared,
+    /// Same boot and time namespace, but the region's clock is the counter
+    /// and this process does not trust it (the kernel does not, or the rate
+    /// measured at attach differs from the region's): as `Foreign` for the
+    /// shared domain, as `Shared` for process start times.
+    Untrusted,
     /// It is not: only values measured elsewhere can be recorded.
     Foreign,
 }
@@ -73,9 +78,15 @@ struct Inner {
     /// the record path tests a flag).
     writable: bool,
     region_id: u64,
-    /// Whether the region's `host_monotonic` is this process's clock
-    /// ([`ClockShare::Shared`]).
+    /// Whether this process is in the region's boot and time namespace
+    /// (not [`ClockShare::Foreign`]): process start times compare.
     shared_clock: bool,
+    /// Whether this process may write values of the region's shared clock
+    /// ([`ClockShare::Shared`]): begin, the clock-reading record, and
+    /// `record_elapsed` into `host_monotonic`.
+    reads_clock: bool,
+    /// The conversion of a counter region (`None` in a monotonic one).
+    counter: Option<CounterScale>,
     header: Header,
     path: Option<PathBuf>,
 }
@@ -331,7 +342,12 @@ impl Recorder {
                 events,
                 writable: storage.access() == Access::ReadWrite,
                 region_id: header.region_id,
-                shared_clock: clock == ClockShare::Shared,
+                shared_clock: clock != ClockShare::Foreign,
+                reads_clock: clock == ClockShare::Shared,
+                counter: match header.clock_kind {
+                    Clock::Monotonic => None,
+                    Clock::Counter => CounterScale::new(header.counter_rate),
+                },
                 storage,
                 header,
                 path,
@@ -358,7 +374,14 @@ impl Recorder {
         if !inner.shared_clock {
             owner.start_ticks = 0;
         }
-        match proto.begin(clock::monotonic_ns(), owner, holder()) {
+        let origin = match inner.counter {
+            None => clock::monotonic_ns(),
+            // An origin is a reading of the region's clock: a process that
+            // cannot vouch for the counter sets none.
+            Some(_) if !inner.reads_clock => return Err(proto.count(Outcome::ClockMismatch)),
+            Some(_) => clock::counter(),
+        };
+        match proto.begin(origin, owner, holder()) {
             Some(req) => Ok(inner.token(req)),
             None => Err(proto.count(Outcome::RegionFull)),
         }
@@ -384,9 +407,10 @@ impl Recorder {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        if !inner.shared_clock || inner.event(&mark).domain.0 != 0 {
+        if !inner.reads_clock || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
+        let counter = inner.counter;
         let chunk = match inner.chunk(&mark) {
             Ok(c) => c,
             Err(why) => return proto.count(why),
@@ -397,11 +421,23 @@ impl Recorder {
             mark.segment,
             mark.event.0 as usize,
             |origin| {
-                let now = clock::monotonic_ns();
-                if now < origin {
-                    return Err(Outcome::Invalid);
-                }
-                let us = (now - origin) / 1000;
+                // One branch on the region's clock kind, which never changes.
+                let us = match counter {
+                    None => {
+                        let now = clock::monotonic_ns();
+                        if now < origin {
+                            return Err(Outcome::Invalid);
+                        }
+                        (now - origin) / 1000
+                    }
+                    Some(scale) => {
+                        let now = clock::counter();
+                        if now < origin {
+                            return Err(Outcome::Invalid);
+                        }
+                        scale.micros(now - origin)
+                    }
+                };
                 if us > word::MAX_ELAPSED_US {
                     return Err(Outcome::OutOfRange);
                 }
@@ -460,7 +496,10 @@ impl Recorder {
                 Err(why) => return proto.count(why),
             },
         };
-        if domain.0 == 0 && !inner.shared_clock {
+        // `host_monotonic` values come from the region's shared clock; in a
+        // counter region a duration measured elsewhere cannot be one (its
+        // origin is not the counter's), so it is refused rather than mixed.
+        if domain.0 == 0 && (!inner.reads_clock || inner.counter.is_some()) {
             return proto.count(Outcome::ClockMismatch);
         }
         let us = (elapsed_ms * 1000.0).round();
@@ -742,6 +781,11 @@ impl Recorder {
         self.live()?.inner.path.as_deref()
     }
 
+    /// The kind of the region's shared clock; `None` when disabled.
+    pub fn clock(&self) -> Option<Clock> {
+        Some(self.live()?.inner.header.clock_kind)
+    }
+
     /// The region's geometry and identity; `None` when disabled.
     pub fn info(&self) -> Option<RegionInfo> {
         let i = self.live()?.inner;
@@ -754,7 +798,8 @@ impl Recorder {
             slots_offset: h.layout.slots_offset_bytes(),
             bytes: h.layout.bytes(),
             clock: h.clock,
-            shares_clock: i.shared_clock,
+            shares_clock: i.reads_clock,
+            clock_kind: h.clock_kind,
             created_unix_ns: h.created_unix_ns,
             creator_pid: h.creator_pid,
             group_access: h.group_access,

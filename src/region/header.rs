@@ -2,7 +2,7 @@
 //! validating a region's header words.
 
 use super::error::{AttachError, CreateError};
-use crate::clock::ClockIdentity;
+use crate::clock::{Clock, ClockIdentity, CounterScale};
 use crate::layout::*;
 use crate::mark::Edge;
 use crate::schema::{Schema, SchemaError, MAX_DOMAINS, MAX_EVENTS};
@@ -20,6 +20,11 @@ pub(crate) struct Header {
     pub(crate) creator_pid: u64,
     pub(crate) group_access: bool,
     pub(crate) pid_namespace: u64,
+    /// The kind of the shared clock.
+    pub(crate) clock_kind: Clock,
+    /// Counter ticks per 2^32 ns in a counter region (valid for
+    /// [`CounterScale::new`]); 0 in a monotonic one.
+    pub(crate) counter_rate: u64,
 }
 
 const FLAG_GROUP: u64 = 1;
@@ -51,6 +56,8 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
     put(H_CREATOR_PID, h.creator_pid);
     put(H_FLAGS, if h.group_access { FLAG_GROUP } else { 0 });
     put(H_PID_NS, h.pid_namespace);
+    put(H_CLOCK_KIND, h.clock_kind.word());
+    put(H_COUNTER_RATE, h.counter_rate);
     for (i, e) in h.edges.iter().enumerate() {
         put(H_EDGE_TABLE + i, u64::from(e.from) | u64::from(e.to) << 32);
     }
@@ -180,6 +187,19 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
     if flags & !(FLAG_GROUP | FLAG_MIXED_PID_NS) != 0 {
         return Err(AttachError::Geometry(format!("unknown flags {flags:#x}")));
     }
+    let clock_kind = Clock::from_word(get(H_CLOCK_KIND)).ok_or_else(|| {
+        AttachError::Geometry(format!("unknown clock kind {}", get(H_CLOCK_KIND)))
+    })?;
+    let counter_rate = get(H_COUNTER_RATE);
+    let rate_ok = match clock_kind {
+        Clock::Monotonic => counter_rate == 0,
+        Clock::Counter => CounterScale::new(counter_rate).is_some(),
+    };
+    if !rate_ok {
+        return Err(AttachError::Geometry(format!(
+            "a {clock_kind} region cannot have the counter rate {counter_rate}"
+        )));
+    }
     Ok(Header {
         layout,
         schema,
@@ -193,6 +213,8 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         creator_pid: get(H_CREATOR_PID),
         group_access: flags & FLAG_GROUP != 0,
         pid_namespace: get(H_PID_NS),
+        clock_kind,
+        counter_rate,
     })
 }
 
@@ -214,6 +236,7 @@ pub(crate) fn new_header(
     segments: u32,
     schema: &Schema,
     group_access: bool,
+    clock: Clock,
 ) -> Result<Header, CreateError> {
     if edges.is_empty() {
         return Err(CreateError::NoEdges);
@@ -231,6 +254,22 @@ pub(crate) fn new_header(
         schema.events().len() as u32,
     )
     .map_err(|e| CreateError::Geometry(e.0))?;
+    // A counter region only where the kernel trusts the counter and a
+    // calibration succeeds; otherwise the region falls back to
+    // CLOCK_MONOTONIC (documented on `Clock::Counter`).
+    let counter_rate = match clock {
+        Clock::Counter if crate::clock::counter_untrusted().is_none() => {
+            crate::clock::calibrate(3, 5_000_000)
+                .filter(|&r| CounterScale::new(r).is_some())
+                .unwrap_or(0)
+        }
+        _ => 0,
+    };
+    let clock_kind = if counter_rate == 0 {
+        Clock::Monotonic
+    } else {
+        Clock::Counter
+    };
     Ok(Header {
         layout,
         schema: schema.clone(),
@@ -241,5 +280,7 @@ pub(crate) fn new_header(
         creator_pid: u64::from(std::process::id()),
         group_access,
         pid_namespace: crate::process::pid_namespace(),
+        clock_kind,
+        counter_rate,
     })
 }
