@@ -73,7 +73,8 @@ pub enum Clock {
     /// region was created. Only where the kernel itself trusts the counter
     /// (its clocksource is `tsc`, and the CPU has `constant_tsc` and
     /// `nonstop_tsc`); elsewhere a region asked for it is created with
-    /// [`Clock::Monotonic`] instead. See `docs/design.md`, "Clocks".
+    /// [`Clock::Monotonic`] instead. See `docs/design.md`, "The counter
+    /// clock".
     Counter,
 }
 

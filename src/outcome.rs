@@ -36,8 +36,10 @@ pub enum Outcome {
     /// The token's slot now holds a newer request.
     Reused,
     /// This process does not share the region's clock (another boot or time
-    /// namespace), or the event is declared in a clock domain other than the
-    /// shared one, so the clock-reading form cannot record it.
+    /// namespace, or a counter region whose counter it does not trust), or
+    /// the event is declared in a clock domain other than the shared one, so
+    /// the clock-reading form cannot record it; also a `host_monotonic`
+    /// value measured elsewhere given to a counter region.
     ClockMismatch,
     /// A malformed argument: a negative, infinite or NaN elapsed time, an
     /// elapsed time before the request's origin, or a token that is not a

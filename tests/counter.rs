@@ -30,8 +30,8 @@ const EMIT: Event = Event::ProducerFirstNonemptyEmit;
 const CLOCK_KIND_AT: u64 = 19 * 8;
 const COUNTER_RATE_AT: u64 = 20 * 8;
 
-/// Why this process does not trust the counter, if it does not: it is
-/// untrusted exactly when a region asked for it gets the monotonic clock.
+/// Whether this process does not trust the counter: exactly when a region
+/// asked for it gets the monotonic clock.
 fn counter_untrusted_here() -> bool {
     let rec = Recorder::builder()
         .edge(0, 1)

@@ -365,7 +365,9 @@ impl Recorder {
     /// now on the shared clock, and mints its token.
     ///
     /// Fails open: a full region gives [`Outcome::RegionFull`] (counted), a
-    /// disabled recorder [`Outcome::Disabled`]; the request then runs
+    /// disabled recorder [`Outcome::Disabled`], and a counter region whose
+    /// counter this process does not trust [`Outcome::ClockMismatch`]
+    /// (counted; see [`RegionBuilder::clock`]); the request then runs
     /// unrecorded.
     pub fn begin(&self) -> Result<Token, Outcome> {
         let Live { inner, proto } = self.live_mut()?;
@@ -453,6 +455,10 @@ impl Recorder {
     /// A domain the region does not hold yet is registered on first use
     /// (see [`Recorder::register_domain`]). A negative, infinite or NaN
     /// elapsed time is refused as [`Outcome::Invalid`] and leaves no state.
+    /// `"host_monotonic"` is refused as [`Outcome::ClockMismatch`] (counted)
+    /// by a process that does not share the region's clock, and in a region
+    /// whose shared clock is the counter ([`crate::Clock::Counter`]), where
+    /// only the clock-reading [`Recorder::record`] fills that domain.
     /// Values are kept to the microsecond.
     ///
     /// ```
