@@ -102,8 +102,10 @@ class Region:
         segments: int = 4,
         domains: Sequence[str] = (),
         group_access: bool = False,
+        clock: str = "monotonic",
     ) -> "Region":
-        """Creates a new region file at ``path`` (never over an existing file)."""
+        """Creates a new region file at ``path`` (never over an existing file);
+        ``clock="counter"`` asks for the time-stamp-counter shared clock."""
     @staticmethod
     def in_memory(
         edges: Optional[Iterable[Tuple[int, int]]] = ...,  # [(0, 1), (1, 2)]

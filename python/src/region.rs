@@ -249,14 +249,20 @@ impl PyRegion {
     /// elsewhere (``record(..., elapsed_ms=..., clock_domain=...)``) besides
     /// the shared ``"host_monotonic"``.
     ///
+    /// ``clock="counter"`` asks for the time-stamp-counter shared clock
+    /// where the kernel trusts the counter (else the region reads
+    /// ``CLOCK_MONOTONIC``, the default ``"monotonic"``; ``info()["clock"]``
+    /// says which it got; see docs/design.md, "The counter clock").
+    ///
     /// Raises ``FileExistsError`` or another ``OSError`` for the path, and
-    /// ``ValueError`` for no edges, a duplicate or self edge, a bad geometry
-    /// or a bad domain name.
+    /// ``ValueError`` for no edges, a duplicate or self edge, a bad geometry,
+    /// a bad domain name or a clock that is neither.
     #[staticmethod]
     #[pyo3(
-        signature = (path, edges = None, slots = 4096, segments = 4, domains = Vec::new(), group_access = false),
-        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False)"
+        signature = (path, edges = None, slots = 4096, segments = 4, domains = Vec::new(), group_access = false, clock = "monotonic"),
+        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False, clock='monotonic')"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
         path: PathBuf,
@@ -265,8 +271,18 @@ impl PyRegion {
         segments: u32,
         domains: Vec<String>,
         group_access: bool,
+        clock: &str,
     ) -> PyResult<PyRegion> {
-        let b = builder(edges, slots, segments, domains, group_access)?;
+        let clock = match clock {
+            "monotonic" => edgemark::Clock::Monotonic,
+            "counter" => edgemark::Clock::Counter,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "clock is \"monotonic\" or \"counter\", not {other:?}"
+                )))
+            }
+        };
+        let b = builder(edges, slots, segments, domains, group_access)?.clock(clock);
         let path = path_arg(path)?;
         let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
         PyRegion::wrap(py, rec)
@@ -617,6 +633,13 @@ impl PyRegion {
         d.set_item("events", self.event_names())?;
         d.set_item("domains", self.domains())?;
         d.set_item("shares_clock", i.shares_clock)?;
+        d.set_item(
+            "clock",
+            match i.clock_kind {
+                edgemark::Clock::Counter => "counter",
+                _ => "monotonic",
+            },
+        )?;
         d.set_item("created_unix_ns", i.created_unix_ns)?;
         d.set_item("creator_pid", i.creator_pid)?;
         d.set_item("group_access", i.group_access)?;
