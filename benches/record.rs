@@ -785,8 +785,32 @@ fn percentiles(calls: usize) {
             |_| {},
         ),
     ));
+    rows.push((
+        "record/floor_tsc_cas",
+        per_call(
+            &ticks,
+            calls,
+            |n| cells.reset(n),
+            |_, i| cells.record_tsc(i),
+            |_| {},
+        ),
+    ));
     let dir = region_dir();
     let rec = region(dir.path());
+    let counter = region_with(dir.path(), Clock::Counter);
+    rows.push((
+        "record/edgemark_counter",
+        per_call(
+            &ticks,
+            calls,
+            |n| begin_for(&counter, n),
+            |tokens, i| {
+                counter.record(tokens[i / MARKS_PER_REQUEST], marks[i % MARKS_PER_REQUEST])
+                    == Outcome::Recorded
+            },
+            |tokens| close_all(&counter, tokens),
+        ),
+    ));
     rows.push((
         "record/edgemark",
         per_call(
