@@ -95,6 +95,8 @@ impl Mark {
 /// [`MAX_EDGES`](crate::layout::MAX_EDGES), so a probe always meets an
 /// empty slot and most lookups end at the first.
 const INDEX_SLOTS: usize = 128;
+/// Stage numbers below this resolve through [`EdgeIndex`]'s direct table.
+const DIRECT_STAGES: usize = 16;
 const _: () = assert!(INDEX_SLOTS.is_power_of_two() && INDEX_SLOTS >= 2 * crate::layout::MAX_EDGES);
 
 /// A region's declared edges by stage pair: the record path finds an edge's
@@ -107,6 +109,10 @@ const _: () = assert!(INDEX_SLOTS.is_power_of_two() && INDEX_SLOTS >= 2 * crate:
 /// probe sequence reaches an empty slot (index 0).
 #[derive(Clone)]
 pub(crate) struct EdgeIndex {
+    /// For edges whose stages are both below [`DIRECT_STAGES`], the edge's
+    /// index plus one at `from + to * DIRECT_STAGES` (0: not declared), so
+    /// that the usual small stage numbers resolve with one load.
+    direct: [u8; DIRECT_STAGES * DIRECT_STAGES],
     keys: [u64; INDEX_SLOTS],
     /// The edge's index plus one; 0 for an empty slot.
     indexes: [u8; INDEX_SLOTS],
@@ -117,6 +123,7 @@ impl EdgeIndex {
     /// `MAX_EDGES`, no duplicates); edges beyond the limit are left out.
     pub(crate) fn new(edges: &[Edge]) -> EdgeIndex {
         let mut index = EdgeIndex {
+            direct: [0; DIRECT_STAGES * DIRECT_STAGES],
             keys: [0; INDEX_SLOTS],
             indexes: [0; INDEX_SLOTS],
         };
@@ -129,6 +136,9 @@ impl EdgeIndex {
             if index.indexes[s] == 0 {
                 index.keys[s] = key;
                 index.indexes[s] = i as u8 + 1;
+                if let Some(d) = Self::direct_slot(*edge) {
+                    index.direct[d] = i as u8 + 1;
+                }
             }
         }
         index
@@ -145,9 +155,25 @@ impl EdgeIndex {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - INDEX_SLOTS.trailing_zeros())) as usize
     }
 
+    /// Where `edge` sits in the direct table, if both its stages are small.
+    #[inline]
+    fn direct_slot(edge: Edge) -> Option<usize> {
+        let (from, to) = (edge.from as usize, edge.to as usize);
+        (from < DIRECT_STAGES && to < DIRECT_STAGES).then_some(from + to * DIRECT_STAGES)
+    }
+
     /// The index of `edge` among the declared edges, if it is one.
     #[inline]
     pub(crate) fn get(&self, edge: Edge) -> Option<usize> {
+        if let Some(d) = Self::direct_slot(edge) {
+            return usize::from(self.direct[d]).checked_sub(1);
+        }
+        self.get_hashed(edge)
+    }
+
+    /// [`EdgeIndex::get`] for an edge with a large stage number.
+    #[cold]
+    fn get_hashed(&self, edge: Edge) -> Option<usize> {
         let key = Self::key(edge);
         let mut s = Self::home(key);
         loop {
@@ -191,5 +217,41 @@ mod tests {
         let small = EdgeIndex::new(&[Edge::new(0, 1), Edge::new(1, 2)]);
         assert_eq!(small.get(Edge::new(1, 2)), Some(1));
         assert_eq!(small.get(Edge::new(2, 1)), None);
+    }
+
+    #[test]
+    fn small_and_large_stages_resolve_through_their_own_tables() {
+        // Both sides of the direct table's bound, in one index.
+        let edges = [
+            Edge::new(0, 1),
+            Edge::new(15, 15),
+            Edge::new(15, 16),
+            Edge::new(16, 15),
+            Edge::new(16, 0),
+            Edge::new(0, 16),
+            Edge::new(1, 0),
+        ];
+        let index = EdgeIndex::new(&edges);
+        for (i, e) in edges.iter().enumerate() {
+            assert_eq!(index.get(*e), Some(i), "{e}");
+        }
+        for absent in [
+            Edge::new(1, 1),
+            Edge::new(0, 15),
+            Edge::new(16, 16),
+            Edge::new(0, 17),
+            Edge::new(17, 0),
+        ] {
+            assert_eq!(index.get(absent), None, "{absent}");
+        }
+        // A repeated edge keeps its first index in both tables.
+        let repeated = EdgeIndex::new(&[
+            Edge::new(2, 3),
+            Edge::new(2, 3),
+            Edge::new(20, 3),
+            Edge::new(20, 3),
+        ]);
+        assert_eq!(repeated.get(Edge::new(2, 3)), Some(0));
+        assert_eq!(repeated.get(Edge::new(20, 3)), Some(2));
     }
 }

@@ -252,6 +252,81 @@ fn undeclared_edges_events_and_domains_are_refused_and_counted() {
 }
 
 #[test]
+fn every_event_id_outside_the_schema_is_refused_and_writes_nothing() {
+    // Ids from the schema's end to 255, including those that share low bits
+    // with schema events (16 + 0, 16 + 3, ...), on both edges: none may land
+    // in another event's cell.
+    let rec = Recorder::builder()
+        .edge(0, 1)
+        .edge(1, 2)
+        .create_in_memory()
+        .unwrap();
+    let t = rec.begin().unwrap();
+    let events = rec.schema().unwrap().events().len() as u8;
+    for id in events..=u8::MAX {
+        for edge in [E01, Edge::new(1, 2)] {
+            assert_eq!(
+                rec.record(t, Mark::new(edge, edgemark::EventId(id)).chunk_seq(3)),
+                Outcome::UnknownEvent,
+                "event id {id}"
+            );
+        }
+    }
+    assert!(rec.snapshot(t).is_empty());
+    // The schema's own events still record, once each.
+    for id in 0..events {
+        let m = Mark::new(E01, edgemark::EventId(id));
+        assert_eq!(rec.record(t, m), Outcome::Recorded, "event id {id}");
+        assert_eq!(rec.record(t, m), Outcome::Duplicate, "event id {id}");
+    }
+    let c = rec.counters();
+    let n = |o: Outcome| c.refused.iter().find(|(x, _)| *x == o).unwrap().1;
+    assert_eq!(n(Outcome::UnknownEvent), 2 * (256 - u64::from(events)));
+}
+
+#[test]
+fn the_record_path_refuses_bad_tokens_and_marks_in_its_documented_order() {
+    let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    let other = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    let t = rec.begin().unwrap();
+    let foreign = other.begin().unwrap();
+    let m = Mark::new(E01, ProducerFirstNonemptyEmit);
+    assert_eq!(rec.record(foreign, m), Outcome::ForeignToken);
+    let forged = |slot: u32, gen: u32| {
+        edgemark::Token::from_u128(
+            (t.to_u128() >> 64 << 64) | (u128::from(slot) << 32) | u128::from(gen),
+        )
+    };
+    assert_eq!(rec.record(forged(1 << 20, 1), m), Outcome::Invalid);
+    assert_eq!(rec.record(forged(t.slot(), 0), m), Outcome::Invalid);
+    // Not meaningful comes before everything about the token.
+    assert_eq!(
+        rec.record(foreign, m.meaningful(false)),
+        Outcome::NotMeaningful
+    );
+    // A chunk sequence too large for the cell is refused before any write.
+    let chunked = Mark::new(E01, ProducerFirstNonemptyEmit).chunk_seq(u64::MAX);
+    assert_eq!(rec.record(t, chunked), Outcome::OutOfRange);
+    assert!(rec.snapshot(t).is_empty());
+    assert_eq!(rec.record(t, m.chunk_seq(7)), Outcome::Recorded);
+    assert_eq!(rec.record(t, m), Outcome::Duplicate);
+    // The edge reversed, and a stage pair beyond the direct table.
+    assert_eq!(
+        rec.record(t, Mark::new(Edge::new(1, 0), ProducerFirstNonemptyEmit)),
+        Outcome::UnknownEdge
+    );
+    assert_eq!(
+        rec.record(t, Mark::new(Edge::new(0, 100), ProducerFirstNonemptyEmit)),
+        Outcome::UnknownEdge
+    );
+    let far = Recorder::builder().edge(100, 7).create_in_memory().unwrap();
+    let ft = far.begin().unwrap();
+    let fm = Mark::new(Edge::new(100, 7), ProducerFirstNonemptyEmit);
+    assert_eq!(far.record(ft, fm), Outcome::Recorded);
+    assert_eq!(far.record(ft, fm), Outcome::Duplicate);
+}
+
+#[test]
 fn elapsed_beyond_the_encoding_and_huge_chunks_are_refused_without_state() {
     let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
     let t = rec.begin().unwrap();

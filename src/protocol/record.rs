@@ -35,7 +35,7 @@ impl Proto<'_> {
             };
             return self.refuse(slot, gen, why);
         }
-        let cell = self.w(l.cell(slot, edge, l.ring(seg.count), event));
+        let cell = self.w(l.cell(slot, edge, Self::entry(l, seg.count), event));
         let empty = word::empty(gen, seg.count);
         // Relaxed: only compared; the CAS below decides. Checking first keeps
         // duplicates (the common refusal) free of a clock read and a locked
@@ -63,6 +63,18 @@ impl Proto<'_> {
         match cell.compare_exchange(empty, new, Ordering::Release, Ordering::Relaxed) {
             Ok(_) => Outcome::Recorded,
             Err(actual) => self.refuse_cell(slot, gen, actual),
+        }
+    }
+
+    /// The ring entry of segment count `count`: the count itself while it
+    /// is below the ring's size (the usual case: no multiplication), else
+    /// [`Layout::ring`].
+    #[inline]
+    fn entry(l: &crate::layout::Layout, count: u32) -> usize {
+        if count < l.segments {
+            count as usize
+        } else {
+            l.ring(count)
         }
     }
 

@@ -13,7 +13,7 @@ use crate::process;
 use crate::protocol::{Closed, Proto, RawSnapshot, Reclaimed, Request};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
-use crate::schema::{DomainId, EventId, Schema, MAX_EVENTS};
+use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{RequestState, Snapshot};
 use crate::sync::Ordering;
 use crate::token::Token;
@@ -39,6 +39,9 @@ enum ClockShare {
     Foreign,
 }
 
+/// Event ids a mark can carry (`EventId` is a byte).
+const EVENT_IDS: usize = 1 << u8::BITS;
+
 /// What the record path needs of one schema event.
 #[derive(Clone, Copy, Debug)]
 struct EventSpec {
@@ -46,6 +49,11 @@ struct EventSpec {
     domain: DomainId,
     /// Whether its value word keeps the chunk sequence.
     keeps_chunk_seq: bool,
+    /// Whether a clock-reading record of this event may take the fast path:
+    /// the event is in the region's schema, its domain is the shared clock,
+    /// this process reads that clock and may write the region. Every other
+    /// case takes [`Recorder::record_checked`], which says why not.
+    fast: bool,
 }
 
 /// The request a token names in its region.
@@ -73,7 +81,7 @@ struct Inner {
     edge_index: EdgeIndex,
     /// Per schema event (the first `layout.events` entries): what the record
     /// path needs of its spec, inline rather than behind the schema's `Arc`.
-    events: [EventSpec; MAX_EVENTS],
+    events: [EventSpec; EVENT_IDS],
     /// Whether the storage may be written (`storage.access()`, kept here so
     /// the record path tests a flag).
     writable: bool,
@@ -181,12 +189,13 @@ impl Inner {
         self.edge_index.get(mark.edge).ok_or(Outcome::UnknownEdge)
     }
 
-    /// The record path's view of `mark`'s event, which `check_mark` has
-    /// checked is a schema event.
+    /// The record path's view of `mark`'s event: its spec for a schema
+    /// event, and for any other id an entry that never takes the fast path.
     #[inline]
     fn event(&self, mark: &Mark) -> EventSpec {
-        // A constant modulus: a mask, and no bounds check.
-        self.events[usize::from(mark.event.0) % MAX_EVENTS]
+        // One entry per possible id: no bounds check, and ids beyond the
+        // schema have entries that never take the fast path.
+        self.events[usize::from(mark.event.0)]
     }
 
     /// The chunk field of a value word, checked.
@@ -202,6 +211,54 @@ impl Inner {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The clock-reading record of a checked call: `edge` is the mark's
+    /// edge index, `event` a schema event of the shared clock's domain, and
+    /// this process reads that clock and may write.
+    #[inline]
+    fn record_now(
+        &self,
+        token: Token,
+        edge: usize,
+        segment: u32,
+        event: u8,
+        chunk: Option<u64>,
+    ) -> Outcome {
+        let proto = Proto {
+            words: self.storage.words(),
+            layout: &self.layout,
+        };
+        let counter = self.counter;
+        proto.record(
+            request(token),
+            edge,
+            segment,
+            usize::from(event),
+            |origin| {
+                // One branch on the region's clock kind, which never changes.
+                let us = match counter {
+                    None => {
+                        let now = clock::monotonic_ns();
+                        if now < origin {
+                            return Err(Outcome::Invalid);
+                        }
+                        (now - origin) / 1000
+                    }
+                    Some(scale) => {
+                        let now = clock::counter();
+                        if now < origin {
+                            return Err(Outcome::Invalid);
+                        }
+                        scale.micros(now - origin)
+                    }
+                };
+                if us > word::MAX_ELAPSED_US {
+                    return Err(Outcome::OutOfRange);
+                }
+                Ok(word::value(0, chunk, us))
+            },
+        )
     }
 
     /// The id of a domain that is not declared: registered or found in the
@@ -325,11 +382,19 @@ impl Recorder {
         let mut events = [EventSpec {
             domain: DomainId::HOST_MONOTONIC,
             keeps_chunk_seq: false,
-        }; MAX_EVENTS];
-        for (spec, e) in events.iter_mut().zip(schema.events()) {
+            fast: false,
+        }; EVENT_IDS];
+        let writable = storage.access() == Access::ReadWrite;
+        let reads_clock = clock == ClockShare::Shared;
+        for (spec, e) in events
+            .iter_mut()
+            .zip(schema.events())
+            .take(header.layout.events as usize)
+        {
             *spec = EventSpec {
                 domain: e.domain(),
                 keeps_chunk_seq: e.keeps_chunk_seq(),
+                fast: writable && reads_clock && e.domain() == DomainId::HOST_MONOTONIC,
             };
         }
         Recorder {
@@ -340,10 +405,10 @@ impl Recorder {
                 edges: header.edges.clone(),
                 edge_index: EdgeIndex::new(&header.edges),
                 events,
-                writable: storage.access() == Access::ReadWrite,
+                writable,
                 region_id: header.region_id,
                 shared_clock: clock != ClockShare::Foreign,
-                reads_clock: clock == ClockShare::Shared,
+                reads_clock,
                 counter: match header.clock_kind {
                     Clock::Monotonic => None,
                     Clock::Counter => CounterScale::new(header.counter_rate),
@@ -398,6 +463,31 @@ impl Recorder {
     /// say.
     #[inline]
     pub fn record(&self, token: Token, mark: Mark) -> Outcome {
+        // The fast path: every check of `record_checked` that a valid call
+        // passes, folded into flags computed when the recorder was made.
+        if let Some(inner) = self.inner.as_deref() {
+            let spec = inner.event(&mark);
+            if spec.fast
+                && mark.meaningful
+                && token.region == inner.region_id
+                && token.slot < inner.layout.slots
+                && token.gen != 0
+            {
+                if let (Some(edge), Ok(chunk)) =
+                    (inner.edge_index.get(mark.edge), inner.chunk(&mark))
+                {
+                    return inner.record_now(token, edge, mark.segment, mark.event.0, chunk);
+                }
+            }
+        }
+        self.record_checked(token, mark)
+    }
+
+    /// [`Recorder::record`] with every check in the order that decides
+    /// which refusal a call gets.
+    #[cold]
+    #[inline(never)]
+    fn record_checked(&self, token: Token, mark: Mark) -> Outcome {
         let Live { inner, proto } = match self.live_mut() {
             Ok(live) => live,
             Err(why) => return why,
@@ -412,40 +502,10 @@ impl Recorder {
         if !inner.reads_clock || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
-        let counter = inner.counter;
-        let chunk = match inner.chunk(&mark) {
-            Ok(c) => c,
-            Err(why) => return proto.count(why),
-        };
-        proto.record(
-            request(token),
-            edge,
-            mark.segment,
-            mark.event.0 as usize,
-            |origin| {
-                // One branch on the region's clock kind, which never changes.
-                let us = match counter {
-                    None => {
-                        let now = clock::monotonic_ns();
-                        if now < origin {
-                            return Err(Outcome::Invalid);
-                        }
-                        (now - origin) / 1000
-                    }
-                    Some(scale) => {
-                        let now = clock::counter();
-                        if now < origin {
-                            return Err(Outcome::Invalid);
-                        }
-                        scale.micros(now - origin)
-                    }
-                };
-                if us > word::MAX_ELAPSED_US {
-                    return Err(Outcome::OutOfRange);
-                }
-                Ok(word::value(0, chunk, us))
-            },
-        )
+        match inner.chunk(&mark) {
+            Ok(chunk) => inner.record_now(token, edge, mark.segment, mark.event.0, chunk),
+            Err(why) => proto.count(why),
+        }
     }
 
     /// Records `mark` with an elapsed time measured elsewhere: `elapsed_ms`
