@@ -57,7 +57,7 @@ fn small_ints(py: Python<'_>) -> &SmallInts {
 /// The value of `obj` if it is one of the interpreter's small ints, found
 /// by its address; `None` for any other object (which may still be an
 /// int: the caller converts it the ordinary way).
-#[inline]
+#[inline(always)]
 pub(crate) fn small_int(obj: &Bound<'_, PyAny>) -> Option<usize> {
     let t = small_ints(obj.py());
     let shift = t.shift?;
@@ -92,7 +92,7 @@ fn event_members(py: Python<'_>) -> &Vec<(Py<PyAny>, usize)> {
 /// The value of an event argument that is an `edgemark.Event` member or a
 /// small int, found by its address; `None` for anything else (a name, a
 /// larger int, another type), which the caller converts the ordinary way.
-#[inline]
+#[inline(always)]
 pub(crate) fn known_event(event: &Bound<'_, PyAny>) -> Option<usize> {
     let addr = event.as_ptr();
     event_members(event.py())
@@ -109,7 +109,7 @@ pub(crate) struct Stage(pub(crate) u32);
 impl<'py> FromPyObject<'_, 'py> for Stage {
     type Error = PyErr;
 
-    #[inline]
+    #[inline(always)]
     fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Stage> {
         match small_int(&obj) {
             // `SMALL` is far below `u32::MAX`.

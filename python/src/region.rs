@@ -66,7 +66,7 @@ impl PyRegion {
 
     /// The schema position of `event`: an `Event` (an int) or its name.
     /// An event the schema does not declare is a programmer error.
-    #[inline]
+    #[inline(always)]
     fn event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
         // An `Event` member or a small int, by address; anything else, and
         // a position beyond the schema (for its error), the ordinary way.
@@ -114,7 +114,7 @@ impl PyRegion {
 
     /// `record` with its optional arguments at their defaults: the
     /// positional call, kept to the conversions it needs.
-    #[inline]
+    #[inline(always)]
     fn record_now(
         &self,
         py: Python<'_>,

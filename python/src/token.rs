@@ -133,7 +133,7 @@ impl PyToken {
 /// token is an outcome, not an exception: `None` is `disabled` (recording is
 /// off for this request, as when `begin` returned `None`), anything else that
 /// is not a token is `invalid`.
-#[inline]
+#[inline(always)]
 pub(crate) fn token_arg(value: &Bound<'_, PyAny>) -> Result<Token, Outcome> {
     // `Token` has no subclasses (it is not declared `subclass`), so the
     // exact type is every `Token`: one compare, no subtype walk.
