@@ -23,7 +23,7 @@ const SMALL: usize = 256;
 /// module lives), and checks that entry `i` lies at `base + i * stride`
 /// with a power-of-two stride. From then on an argument at such an
 /// address is that object, of value `i`: a subtraction, a mask and a
-/// shift, no memory read. An interpreter that lays its small ints out
+/// shift, no table to look in. An interpreter that lays its small ints out
 /// otherwise gets no fast path (`shift` is `None`), not a wrong value.
 struct SmallInts {
     /// Kept alive so that each address keeps naming its int.
@@ -102,8 +102,8 @@ pub(crate) fn known_event(event: &Bound<'_, PyAny>) -> Option<usize> {
         .or_else(|| small_int(event))
 }
 
-/// A stage number (`from_stage`, `to_stage`, `segment`): a `u32` as PyO3
-/// converts it, with its errors, read by address when it is a small int.
+/// A stage number (`from_stage`, `to_stage`): a `u32` as PyO3 converts it,
+/// with its errors, read by address when it is a small int.
 pub(crate) struct Stage(pub(crate) u32);
 
 impl<'py> FromPyObject<'_, 'py> for Stage {

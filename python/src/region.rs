@@ -20,7 +20,7 @@ use crate::token::{token_arg, PyToken};
 
 thread_local! {
     /// The outcome of this thread's last `Region.record`, which
-    /// `record_outcome` reads back.
+    /// `record_outcome` reads back when it passes a call on to `record`.
     static LAST_OUTCOME: Cell<Outcome> = const { Cell::new(Outcome::Disabled) };
 }
 
