@@ -5,7 +5,119 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyInt;
+
+/// How many of the interpreter's small ints (`0..SMALL`) are recognised by
+/// identity: every stage number and event position a pipeline uses.
+const SMALL: usize = 256;
+
+/// The interpreter's cached small ints, recognised by address instead of
+/// read through the C API (a call into the interpreter per int, the
+/// larger part of converting a positional `record`'s arguments).
+///
+/// CPython keeps one object per small int, so `0` and `1` from any caller
+/// are these objects, and it keeps them in one array. The table is made
+/// once: it takes each of `0..SMALL` from the interpreter, keeps a
+/// reference to each (so no other object can have its address while the
+/// module lives), and checks that entry `i` lies at `base + i * stride`
+/// with a power-of-two stride. From then on an argument at such an
+/// address is that object, of value `i`: a subtraction, a mask and a
+/// shift, no table to look in. An interpreter that lays its small ints out
+/// otherwise gets no fast path (`shift` is `None`), not a wrong value.
+struct SmallInts {
+    /// Kept alive so that each address keeps naming its int.
+    _ints: Vec<Py<PyInt>>,
+    /// The address of `0`.
+    base: usize,
+    /// log2 of the distance between two entries, when they lie as said.
+    shift: Option<u32>,
+}
+
+static SMALL_INTS: PyOnceLock<SmallInts> = PyOnceLock::new();
+
+fn small_ints(py: Python<'_>) -> &SmallInts {
+    SMALL_INTS.get_or_init(py, || {
+        let ints: Vec<Py<PyInt>> = (0..SMALL).map(|i| PyInt::new(py, i).unbind()).collect();
+        let base = ints[0].as_ptr() as usize;
+        let stride = (ints[1].as_ptr() as usize).wrapping_sub(base);
+        let regular = stride.is_power_of_two()
+            && ints
+                .iter()
+                .enumerate()
+                .all(|(i, n)| n.as_ptr() as usize == base.wrapping_add(i.wrapping_mul(stride)));
+        SmallInts {
+            _ints: ints,
+            base,
+            shift: regular.then(|| stride.trailing_zeros()),
+        }
+    })
+}
+
+/// The value of `obj` if it is one of the interpreter's small ints, found
+/// by its address; `None` for any other object (which may still be an
+/// int: the caller converts it the ordinary way).
+#[inline(always)]
+pub(crate) fn small_int(obj: &Bound<'_, PyAny>) -> Option<usize> {
+    let t = small_ints(obj.py());
+    let shift = t.shift?;
+    // An address below `base` wraps to beyond the table.
+    let offset = (obj.as_ptr() as usize).wrapping_sub(t.base);
+    let i = offset >> shift;
+    (offset & ((1 << shift) - 1) == 0 && i < SMALL).then_some(i)
+}
+
+/// The members of `edgemark.Event` and their values, kept alive so that a
+/// member is recognised by its address (empty if the package's `Event`
+/// cannot be had: every event then takes the ordinary path).
+static EVENT_MEMBERS: PyOnceLock<Vec<(Py<PyAny>, usize)>> = PyOnceLock::new();
+
+fn event_members(py: Python<'_>) -> &Vec<(Py<PyAny>, usize)> {
+    EVENT_MEMBERS.get_or_init(py, || {
+        let members = || -> PyResult<Vec<(Py<PyAny>, usize)>> {
+            py.import("edgemark")?
+                .getattr("Event")?
+                .try_iter()?
+                .map(|m| {
+                    let m = m?;
+                    let v = m.extract::<usize>()?;
+                    Ok((m.unbind(), v))
+                })
+                .collect()
+        };
+        members().unwrap_or_default()
+    })
+}
+
+/// The value of an event argument that is an `edgemark.Event` member or a
+/// small int, found by its address; `None` for anything else (a name, a
+/// larger int, another type), which the caller converts the ordinary way.
+#[inline(always)]
+pub(crate) fn known_event(event: &Bound<'_, PyAny>) -> Option<usize> {
+    let addr = event.as_ptr();
+    event_members(event.py())
+        .iter()
+        .find(|(m, _)| m.as_ptr() == addr)
+        .map(|&(_, v)| v)
+        .or_else(|| small_int(event))
+}
+
+/// A stage number (`from_stage`, `to_stage`): a `u32` as PyO3 converts it,
+/// with its errors, read by address when it is a small int.
+pub(crate) struct Stage(pub(crate) u32);
+
+impl<'py> FromPyObject<'_, 'py> for Stage {
+    type Error = PyErr;
+
+    #[inline(always)]
+    fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Stage> {
+        match small_int(&obj) {
+            // `SMALL` is far below `u32::MAX`.
+            Some(i) => Ok(Stage(i as u32)),
+            None => obj.extract::<u32>().map(Stage),
+        }
+    }
+}
 
 /// A `chunk_seq` argument.
 pub(crate) enum ChunkArg {

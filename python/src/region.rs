@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::args::{chunk_arg, path_arg, ChunkArg};
+use crate::args::{chunk_arg, known_event, path_arg, ChunkArg, Stage};
 use crate::errors::{attach_error, create_error, sweep_error};
 use crate::handle::PyHandle;
 use crate::outcome::outcome_str;
@@ -20,7 +20,7 @@ use crate::token::{token_arg, PyToken};
 
 thread_local! {
     /// The outcome of this thread's last `Region.record`, which
-    /// `record_outcome` reads back.
+    /// `record_outcome` reads back when it passes a call on to `record`.
     static LAST_OUTCOME: Cell<Outcome> = const { Cell::new(Outcome::Disabled) };
 }
 
@@ -66,7 +66,20 @@ impl PyRegion {
 
     /// The schema position of `event`: an `Event` (an int) or its name.
     /// An event the schema does not declare is a programmer error.
+    #[inline(always)]
     fn event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
+        // An `Event` member or a small int, by address; anything else, and
+        // a position beyond the schema (for its error), the ordinary way.
+        match known_event(event) {
+            // `n_events` is the schema's event count, which fits a `u8`.
+            Some(i) if i < self.n_events => Ok(EventId(i as u8)),
+            _ => self.any_event_id(py, event),
+        }
+    }
+
+    /// `event_id` of an event that is not known by its address.
+    #[cold]
+    fn any_event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
         let n = self.n_events;
         if let Ok(i) = event.cast::<PyInt>() {
             // `i64` reads the int in place (`PyLong_AsLongLong`); `usize`
@@ -96,6 +109,30 @@ impl PyRegion {
     fn event_names(&self) -> Vec<String> {
         self.rec.schema().map_or_else(Vec::new, |s| {
             s.events().iter().map(|e| e.name().to_owned()).collect()
+        })
+    }
+
+    /// `record` with its optional arguments at their defaults: the
+    /// positional call, kept to the conversions it needs.
+    #[inline(always)]
+    fn record_now(
+        &self,
+        py: Python<'_>,
+        token: &Bound<'_, PyAny>,
+        from_stage: u32,
+        to_stage: u32,
+        event: &Bound<'_, PyAny>,
+    ) -> PyResult<Outcome> {
+        // What `do_record` does for these arguments, in its order.
+        if !self.rec.is_enabled() {
+            return Ok(Outcome::Disabled);
+        }
+        let event = self.event_id(py, event)?;
+        Ok(match token_arg(token) {
+            Ok(t) => self
+                .rec
+                .record(t, Mark::new(Edge::new(from_stage, to_stage), event)),
+            Err(why) => why,
         })
     }
 
@@ -380,8 +417,8 @@ impl PyRegion {
         &self,
         py: Python<'_>,
         token: &Bound<'_, PyAny>,
-        from_stage: u32,
-        to_stage: u32,
+        from_stage: Stage,
+        to_stage: Stage,
         event: &Bound<'_, PyAny>,
         meaningful: bool,
         chunk_seq: Option<&Bound<'_, PyAny>>,
@@ -389,18 +426,27 @@ impl PyRegion {
         elapsed_ms: Option<f64>,
         clock_domain: Option<&Bound<'_, PyString>>,
     ) -> PyResult<bool> {
-        let o = self.do_record(
-            py,
-            token,
-            from_stage,
-            to_stage,
-            event,
-            meaningful,
-            chunk_seq,
-            segment,
-            elapsed_ms,
-            clock_domain,
-        )?;
+        let defaults = meaningful
+            && chunk_seq.is_none()
+            && segment == 0
+            && elapsed_ms.is_none()
+            && clock_domain.is_none();
+        let o = if defaults {
+            self.record_now(py, token, from_stage.0, to_stage.0, event)?
+        } else {
+            self.do_record(
+                py,
+                token,
+                from_stage.0,
+                to_stage.0,
+                event,
+                meaningful,
+                chunk_seq,
+                segment,
+                elapsed_ms,
+                clock_domain,
+            )?
+        };
         LAST_OUTCOME.set(o);
         Ok(o.is_success())
     }
@@ -409,20 +455,34 @@ impl PyRegion {
     /// instead of a bool: one of ``edgemark.OUTCOME_NAMES`` (the core's
     /// list), to which ``edgemark.Outcome`` members compare equal.
     ///
-    /// It passes its arguments on to ``record``, which declares them, so it
-    /// costs a second call: for diagnosis, not for a hot path.
+    /// The positional call ``record_outcome(token, from_stage, to_stage,
+    /// event)`` records directly; any other passes its arguments on to
+    /// ``record``, which declares them, and costs a second call: for
+    /// diagnosis, not for a hot path.
     #[pyo3(signature = (*args, **kwargs))]
     fn record_outcome<'py>(
         slf: &Bound<'py, Self>,
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyString>> {
+        let py = slf.py();
+        // The four required arguments alone, and stages that convert: what
+        // `record`'s parser would accept, so the call is `record`'s own
+        // body. Anything else, including every argument error, goes through
+        // `record`, whose parser raises it as it declares it.
+        if kwargs.is_none() && args.len() == 4 {
+            let arg = |i| args.get_borrowed_item(i);
+            let (token, from, to, event) = (arg(0)?, arg(1)?, arg(2)?, arg(3)?);
+            if let (Ok(from), Ok(to)) = (from.extract::<Stage>(), to.extract::<Stage>()) {
+                let o = slf.get().record_now(py, &token, from.0, to.0, &event)?;
+                return Ok(outcome_str(py, o));
+            }
+        }
         // `record` owns the signature: call it as Python would, through
         // the class's method (no bound method to make), then read the
         // outcome it left on this thread. Nothing runs on this thread
         // between its return and the read.
         static RECORD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        let py = slf.py();
         let record = RECORD.get_or_try_init(py, || {
             Ok::<_, PyErr>(slf.get_type().getattr("record")?.unbind())
         })?;

@@ -143,3 +143,67 @@ def test_record_event_as_int_enum_member_or_plain_int():
         with pytest.raises(ValueError):
             region.record(t, 0, 1, bad)
     assert inspect.isclass(Handle)
+
+
+def _raised(call):
+    """What ``call()`` raised: its type, message and notes."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - compared, not handled
+        return type(e), str(e), getattr(e, "__notes__", None)
+    raise AssertionError("no exception")
+
+
+def test_record_outcome_raises_exactly_what_record_raises():
+    # Positional calls of four arguments take record_outcome's own path;
+    # the others go through record. Either way an error is record's own,
+    # message and note (which argument) included.
+    region = Region.in_memory()
+    t = region.begin()
+    bad = [
+        (t, "0", 1, E.PRODUCER_FIRST_NONEMPTY_EMIT),
+        (t, 0, -1, E.PRODUCER_FIRST_NONEMPTY_EMIT),
+        (t, 0, 2**40, E.PRODUCER_FIRST_NONEMPTY_EMIT),
+        (t, 1.0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT),
+        (t, 0, 1, "no_such_event"),
+        (t, 0, 1, 4),
+        (t, 0, 1, 2**70),
+        (t, 0, 1, 1.5),
+        (t, 0, 1),
+        (t, 0, 1, 0, True, None, 0, None, None, "extra"),
+    ]
+    for args in bad:
+        expected = _raised(lambda: region.record(*args))
+        assert _raised(lambda: region.record_outcome(*args)) == expected, args
+    for kwargs in [dict(segment="0"), dict(meaningful=None), dict(bogus=1), dict(token=t)]:
+        expected = _raised(lambda: region.record(t, 0, 1, 0, **kwargs))
+        assert _raised(lambda: region.record_outcome(t, 0, 1, 0, **kwargs)) == expected, kwargs
+
+
+def test_record_takes_stages_and_events_of_any_int_object():
+    # Small ints are read by address, everything else as PyO3 converts an
+    # int: a stage beyond the small ints, a bool, an int subclass, an event
+    # of another IntEnum all record as their values.
+    import enum
+
+    class Stage(enum.IntEnum):
+        A = 300
+        B = 70_000
+
+    class Other(enum.IntEnum):
+        FIRST = 0
+        SECOND = 1
+
+    region = Region.in_memory(edges=[(0, 1), (300, 70_000)])
+    t = region.begin()
+    assert region.record(t, 300, 70_000, E.PRODUCER_FIRST_NONEMPTY_EMIT) is True
+    assert region.record_outcome(t, Stage.A, Stage.B, Other.SECOND) == "recorded"
+    assert region.record_outcome(t, 300, 70_000, 1) == "duplicate"
+    assert region.record(t, False, True, Other.FIRST) is True
+    assert region.record_outcome(t, 0, True, E.PRODUCER_FIRST_NONEMPTY_EMIT) == "duplicate"
+    assert region.record_outcome(t, 1, 0, E.PRODUCER_FIRST_NONEMPTY_EMIT) == "unknown_edge"
+    assert region.record_outcome(t, 300, 301, E.PRODUCER_FIRST_NONEMPTY_EMIT) == "unknown_edge"
+    seg = region.snapshot(t)["300->70000:0"]
+    assert seg["producer_first_nonempty_emit_ms"] is not None
+    assert seg["edge_first_send_complete_ms"] is not None
+    assert region.snapshot(t)["0->1:0"]["producer_first_nonempty_emit_ms"] is not None
