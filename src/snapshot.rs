@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::domains::Catalog;
 use crate::mark::Edge;
-use crate::protocol::{RawSnapshot, Values};
+use crate::protocol::{RawSnapshot, ReadInto, Values};
 use crate::schema::{DomainId, EventId};
 use crate::sync::AtomicU64;
 
@@ -187,22 +187,164 @@ impl Serialize for EdgeSegment {
 /// domain in the region's table) and marks their segment corrupt.
 pub(crate) fn sanitize(raw: &mut RawSnapshot, names: &Catalog, words: &[AtomicU64]) {
     for seg in &mut raw.segments {
-        if seg.values.all_in(names.known_mask()) {
-            // Every value's domain is one this process has met: nothing to
-            // drop (the common case, one test per segment).
-            continue;
+        if drop_unknown(&mut seg.values, names, words) {
+            seg.corrupt = true;
+            raw.corrupt = true;
         }
-        for i in 0..seg.values.len() {
-            if seg
-                .values
-                .get(i)
-                .is_some_and(|v| !names.knows(words, DomainId(v.domain)))
-            {
-                seg.values.clear(i);
-                seg.corrupt = true;
-                raw.corrupt = true;
+    }
+}
+
+/// Clears the values of `values` whose clock domain names no domain in the
+/// region's table; whether it cleared one.
+fn drop_unknown(values: &mut Values, names: &Catalog, words: &[AtomicU64]) -> bool {
+    if values.all_in(names.known_mask()) {
+        // Every value's domain is one this process has met: nothing to
+        // drop (the common case, one test per segment).
+        return false;
+    }
+    let mut dropped = false;
+    for i in 0..values.len() {
+        if values
+            .get(i)
+            .is_some_and(|v| !names.knows(words, DomainId(v.domain)))
+        {
+            values.clear(i);
+            dropped = true;
+        }
+    }
+    dropped
+}
+
+/// A snapshot refilled in place by a read of its request ([`ReadInto`]):
+/// each segment with an event is written over the snapshot's next segment,
+/// which keeps its catalog handle (no reference count touched), or appended
+/// to it; [`Refill::finish`] then drops the stale rest. No segment is built
+/// elsewhere and moved in, and a snapshot refilled with no more segments
+/// than it ever held (or [`INLINE_SEGMENTS`]) allocates nothing.
+pub(crate) struct Refill<'a> {
+    snap: &'a mut Snapshot,
+    names: &'a Arc<Catalog>,
+    edges: &'a [Edge],
+    /// Segments written so far (the ones after are stale).
+    n: usize,
+    /// The (edge, index) of the last one written.
+    last: (usize, u32),
+    /// Whether they came in snapshot order. The protocol reads edges in
+    /// declared order and each edge's kept segments by count, so by index:
+    /// they do unless a region holds entry words edgemark never wrote.
+    sorted: bool,
+    /// The catalog's known domains when the read began.
+    known: u32,
+    /// Whether a value's domain is not among them: [`Refill::finish`] then
+    /// checks each value against the region's table.
+    unchecked: bool,
+}
+
+impl<'a> Refill<'a> {
+    /// A refill of `snap` with the values of a request of a region with
+    /// this catalog and these declared edges.
+    #[inline]
+    pub(crate) fn new(snap: &'a mut Snapshot, names: &'a Arc<Catalog>, edges: &'a [Edge]) -> Self {
+        Refill {
+            snap,
+            names,
+            edges,
+            n: 0,
+            last: (0, 0),
+            sorted: true,
+            known: 0,
+            unchecked: false,
+        }
+    }
+
+    /// Ends a read that succeeded: the snapshot is the request's, in
+    /// `state`, with values no edgemark process writes left out (found in
+    /// `words`, the region's, for domains this process has not met).
+    #[inline]
+    pub(crate) fn finish(self, state: RequestState, words: &[AtomicU64]) {
+        let (names, unchecked) = (self.names, self.unchecked);
+        let snap = self.end(state);
+        if unchecked {
+            for seg in &mut snap.segments {
+                if drop_unknown(&mut seg.values, names, words) {
+                    snap.corrupt = true;
+                }
             }
+            snap.segments.retain(|s| s.values.any());
         }
+    }
+
+    /// Ends the refill: the segments written, in snapshot order, in `state`.
+    #[inline]
+    fn end(self, state: RequestState) -> &'a mut Snapshot {
+        let Refill {
+            snap,
+            edges,
+            n,
+            sorted,
+            ..
+        } = self;
+        snap.state = state;
+        snap.segments.truncate(n);
+        if !sorted {
+            snap.segments
+                .sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
+        }
+        snap
+    }
+}
+
+impl ReadInto for Refill<'_> {
+    #[inline]
+    fn start(&mut self) {
+        self.n = 0;
+        self.sorted = true;
+        self.unchecked = false;
+        self.known = self.names.known_mask();
+        self.snap.dropped_segments = 0;
+        self.snap.corrupt = false;
+    }
+
+    #[inline]
+    fn corrupt(&mut self) {
+        self.snap.corrupt = true;
+    }
+
+    #[inline]
+    fn dropped(&mut self, n: u64) {
+        self.snap.dropped_segments += n;
+    }
+
+    #[inline]
+    fn segment(&mut self, edge: usize, index: u32, values: Values, corrupt: bool) {
+        self.snap.corrupt |= corrupt;
+        if !values.any() {
+            return;
+        }
+        let Some(&declared) = self.edges.get(edge) else {
+            return;
+        };
+        let key = (edge, index);
+        self.sorted &= self.n == 0 || key > self.last;
+        self.last = key;
+        self.unchecked |= !values.all_in(self.known);
+        match self.snap.segments.get_mut(self.n) {
+            Some(seg) => {
+                seg.edge = declared;
+                seg.segment_index = index;
+                seg.values = values;
+                if !Arc::ptr_eq(&seg.names, self.names) {
+                    seg.names = Arc::clone(self.names);
+                }
+            }
+            None => self.snap.segments.push(EdgeSegment {
+                edge: declared,
+                segment_index: index,
+                values,
+                names: Arc::clone(self.names),
+            }),
+        }
+        self.n += 1;
     }
 }
 
@@ -245,7 +387,8 @@ impl Snapshot {
         }
     }
 
-    /// A snapshot of a raw one that [`sanitize`] has seen.
+    /// A snapshot of a raw one that [`sanitize`] has seen. Moves the
+    /// values out of `raw`, leaving it empty.
     pub(crate) fn from_raw(
         raw: &mut RawSnapshot,
         state: RequestState,
@@ -253,70 +396,18 @@ impl Snapshot {
         edges: &[Edge],
     ) -> Snapshot {
         let mut snap = Snapshot::empty(state);
-        snap.refill(raw, state, names, edges);
+        let mut fill = Refill::new(&mut snap, names, edges);
+        fill.start();
+        fill.dropped(raw.dropped);
+        if raw.corrupt {
+            fill.corrupt();
+        }
+        for s in raw.segments.drain(..) {
+            fill.segment(s.edge, s.index, s.values, s.corrupt);
+        }
+        // Sanitised already: nothing is left to check.
+        fill.end(state);
         snap
-    }
-
-    /// Makes this snapshot the one of `raw` (which [`sanitize`] has seen),
-    /// reusing its segments' storage: no allocation unless `raw` has more
-    /// segments with events than this snapshot ever held (and more than
-    /// [`INLINE_SEGMENTS`]). Moves the values out of `raw`, leaving its
-    /// segments empty (their storage is kept for the next read).
-    pub(crate) fn refill(
-        &mut self,
-        raw: &mut RawSnapshot,
-        state: RequestState,
-        names: &Arc<Catalog>,
-        edges: &[Edge],
-    ) {
-        self.state = state;
-        self.dropped_segments = raw.dropped;
-        self.corrupt = raw.corrupt;
-        // Segments already here are overwritten in place: a refilled
-        // buffer keeps their catalog handles (no reference count touched).
-        let mut n = 0;
-        // The protocol reads edges in declared order and each edge's kept
-        // segments by count, so by index: already in snapshot order unless
-        // a region holds entry words edgemark never wrote.
-        let mut sorted = true;
-        let mut last = (0, 0);
-        // Each segment's fields are read in place (a drained copy on the
-        // stack, read back at other widths, stalled every segment).
-        for s in raw.segments.iter_mut() {
-            if !s.values.any() {
-                continue;
-            }
-            let Some(&edge) = edges.get(s.edge) else {
-                continue;
-            };
-            let key = (s.edge, s.index);
-            sorted &= n == 0 || key > last;
-            last = key;
-            let values = std::mem::replace(&mut s.values, Values::new());
-            match self.segments.get_mut(n) {
-                Some(seg) => {
-                    seg.edge = edge;
-                    seg.segment_index = s.index;
-                    seg.values = values;
-                    if !Arc::ptr_eq(&seg.names, names) {
-                        seg.names = Arc::clone(names);
-                    }
-                }
-                None => self.segments.push(EdgeSegment {
-                    edge,
-                    segment_index: s.index,
-                    values,
-                    names: Arc::clone(names),
-                }),
-            }
-            n += 1;
-        }
-        self.segments.truncate(n);
-        raw.segments.clear();
-        if !sorted {
-            self.segments
-                .sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
-        }
     }
 
     /// Whether the request is open, closed by the call that returned this

@@ -7,41 +7,109 @@ use crate::schema::MAX_EVENTS;
 use crate::sync::Ordering;
 use crate::word::{self, SlotState};
 
-impl<'a> Proto<'a> {
-    /// Reads the current state of an open request without changing it.
-    /// `None` if the token's request is not open.
-    pub(crate) fn snapshot(&self, req: Request) -> Option<RawSnapshot> {
-        let mut snap = RawSnapshot::default();
-        self.snapshot_into(req, &mut snap).then_some(snap)
-    }
+/// What a read of one request is built into, as it is read: the reader
+/// hands each kept segment straight to its destination (a snapshot refilled
+/// in place, in a sweep), with no buffer of raw segments in between.
+///
+/// A read that returns `false` leaves its destination meaningless (the
+/// request closed or was replaced while it was read).
+pub(crate) trait ReadInto {
+    /// The head showed the request open: the read begins. Anything an
+    /// earlier read left is forgotten.
+    fn start(&mut self);
+    /// A segment or entry word held bits edgemark never writes.
+    fn corrupt(&mut self);
+    /// `n` segments of one edge have left the window of kept segments.
+    fn dropped(&mut self, n: u64);
+    /// One kept segment, read whole (its entry word was the same before
+    /// and after its cells): its edge, its index, its values, and whether a
+    /// cell held bits edgemark never writes. In edge order, and for each
+    /// edge in count order.
+    fn segment(&mut self, edge: usize, index: u32, values: Values, corrupt: bool);
+}
 
-    /// [`Proto::snapshot`] into `snap`, whose segments' storage is reused
-    /// (it is cleared first): a sweep reads every request into one buffer.
-    /// `false` (and `snap` meaningless) if the request is not open.
-    pub(crate) fn snapshot_into(&self, req: Request, snap: &mut RawSnapshot) -> bool {
-        let Request { slot, gen } = req;
-        let l = self.layout;
-        let open = |h: u64| {
-            word::decode_head(h).is_some_and(|d| {
-                d.gen == gen && matches!(d.state, SlotState::Open | SlotState::Segmenting)
-            })
-        };
+impl ReadInto for RawSnapshot {
+    fn start(&mut self) {
+        self.clear();
+    }
+    fn corrupt(&mut self) {
+        self.corrupt = true;
+    }
+    fn dropped(&mut self, n: u64) {
+        self.dropped += n;
+    }
+    fn segment(&mut self, edge: usize, index: u32, values: Values, corrupt: bool) {
+        self.corrupt |= corrupt;
+        self.segments.push(RawSegment {
+            edge,
+            index,
+            values,
+            corrupt,
+        });
+    }
+}
+
+/// An open request as a sweep found it: the request and the head word whose
+/// Acquire load showed it open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub(crate) req: Request,
+    head: u64,
+}
+
+/// Whether head word `h` shows request generation `gen` open (a snapshot
+/// may read it).
+#[inline]
+fn shows_open(h: u64, gen: u32) -> bool {
+    word::decode_head(h).is_some_and(|d| {
+        d.gen == gen && matches!(d.state, SlotState::Open | SlotState::Segmenting)
+    })
+}
+
+impl<'a> Proto<'a> {
+    /// Reads the current state of an open request without changing it,
+    /// into `into`, built as it is read. `false` (and `into` meaningless)
+    /// if the request is not open.
+    #[inline]
+    pub(crate) fn snapshot_into(&self, req: Request, into: &mut impl ReadInto) -> bool {
         // Acquire: pairs with the Release head store of `begin` (and of each
         // control operation), so the slot's layout is visible.
-        if !open(self.w(l.head(slot)).load(Ordering::Acquire)) {
+        let head = self.w(self.layout.head(req.slot)).load(Ordering::Acquire);
+        self.read_after_head(req, head, into)
+    }
+
+    /// [`Proto::snapshot_into`] of a request a sweep found open: the sweep's
+    /// Acquire load of the head ([`Proto::open_slots`]) is the snapshot's
+    /// first read of it, so the read goes on from there, in the same order.
+    #[inline]
+    pub(crate) fn snapshot_found(&self, found: Found, into: &mut impl ReadInto) -> bool {
+        self.read_after_head(found.req, found.head, into)
+    }
+
+    /// The read of a snapshot after its first head load (Acquire), which
+    /// gave `head`: each edge's segment word, each kept entry (its entry
+    /// word before and after its cells), then the head again.
+    #[inline]
+    fn read_after_head(&self, req: Request, head: u64, into: &mut impl ReadInto) -> bool {
+        let Request { slot, gen } = req;
+        let l = self.layout;
+        if !shows_open(head, gen) {
             return false;
         }
-        snap.clear();
+        into.start();
         let events = (l.events as usize).min(MAX_EVENTS);
         for edge in 0..l.edges as usize {
             // Acquire: pairs with the Release store of the segment word in
             // `begin` / `start_segment`: the kept entries are laid.
             let Some(cur) = word::decode_seg(self.w(l.seg(slot, edge)).load(Ordering::Acquire))
             else {
-                snap.corrupt = true;
+                into.corrupt();
                 continue;
             };
-            snap.dropped += u64::from((cur.count + 1).saturating_sub(l.segments));
+            let dropped = (cur.count + 1).saturating_sub(l.segments);
+            if dropped != 0 {
+                into.dropped(u64::from(dropped));
+            }
             for count in l.window(cur.count) {
                 let entry = l.ring(count);
                 let entry_word = self.w(l.entry(slot, edge, entry));
@@ -53,7 +121,7 @@ impl<'a> Proto<'a> {
                 // weakened these and nothing failed, as this argues).
                 let before = entry_word.load(Ordering::Relaxed);
                 let Some(ew) = word::decode_seg(before) else {
-                    snap.corrupt = true;
+                    into.corrupt();
                     continue;
                 };
                 if ew.count != count {
@@ -77,29 +145,26 @@ impl<'a> Proto<'a> {
                     continue;
                 }
                 let (values, corrupt) = Values::from_cells(&mut cells, events);
-                snap.corrupt |= corrupt;
-                snap.segments.push(RawSegment {
-                    edge,
-                    index: ew.index,
-                    values,
-                    corrupt,
-                });
+                into.segment(edge, ew.index, values, corrupt);
             }
         }
         // Acquire: a close that sealed cells we read (their swaps are
         // Release, after its `Closing` store) is visible here.
-        open(self.w(l.head(slot)).load(Ordering::Acquire))
+        shows_open(self.w(l.head(slot)).load(Ordering::Acquire), gen)
     }
 
     /// Every open request in slots `from..to`, slot by slot.
-    pub(crate) fn open_slots(&self, from: u32, to: u32) -> impl Iterator<Item = Request> + 'a {
+    pub(crate) fn open_slots(&self, from: u32, to: u32) -> impl Iterator<Item = Found> + 'a {
         let this = *self;
         (from..to.min(self.layout.slots)).filter_map(move |slot| {
-            // Acquire: pairs with `begin`'s Release store of `Open`.
-            let h = this.w(this.layout.head(slot)).load(Ordering::Acquire);
-            let d = word::decode_head(h)?;
-            matches!(d.state, SlotState::Open | SlotState::Segmenting)
-                .then_some(Request { slot, gen: d.gen })
+            // Acquire: pairs with `begin`'s Release store of `Open`. For a
+            // snapshot of the request found, this is its first head load.
+            let head = this.w(this.layout.head(slot)).load(Ordering::Acquire);
+            let d = word::decode_head(head)?;
+            matches!(d.state, SlotState::Open | SlotState::Segmenting).then_some(Found {
+                req: Request { slot, gen: d.gen },
+                head,
+            })
         })
     }
 
