@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::domains::Catalog;
 use crate::mark::Edge;
-use crate::protocol::{RawSnapshot, ReadInto, Values};
+use crate::protocol::{RawSnapshot, ReadInto, SegmentRead, Values};
 use crate::schema::{DomainId, EventId};
 use crate::sync::AtomicU64;
 
@@ -40,6 +40,7 @@ pub struct Observed {
 
 impl Observed {
     /// Elapsed milliseconds, as snapshots show them.
+    #[inline]
     pub fn elapsed_ms(&self) -> f64 {
         self.elapsed_us as f64 / 1000.0
     }
@@ -62,18 +63,22 @@ pub struct EdgeSegment {
 
 impl EdgeSegment {
     /// The directed edge.
+    #[inline]
     pub fn edge(&self) -> Edge {
         self.edge
     }
     /// The producing stage.
+    #[inline]
     pub fn from_stage(&self) -> u32 {
         self.edge.from
     }
     /// The consuming stage.
+    #[inline]
     pub fn to_stage(&self) -> u32 {
         self.edge.to
     }
     /// The segment index.
+    #[inline]
     pub fn segment_index(&self) -> u32 {
         self.segment_index
     }
@@ -217,10 +222,11 @@ fn drop_unknown(values: &mut Values, names: &Catalog, words: &[AtomicU64]) -> bo
 
 /// A snapshot refilled in place by a read of its request ([`ReadInto`]):
 /// each segment with an event is written over the snapshot's next segment,
-/// which keeps its catalog handle (no reference count touched), or appended
-/// to it; [`Refill::finish`] then drops the stale rest. No segment is built
-/// elsewhere and moved in, and a snapshot refilled with no more segments
-/// than it ever held (or [`INLINE_SEGMENTS`]) allocates nothing.
+/// which keeps its storage and its catalog handle (no reference count
+/// touched), or appended to it; [`Refill::finish`] then drops the stale
+/// rest. A snapshot refilled with no more segments than it ever held (or
+/// [`INLINE_SEGMENTS`]) allocates nothing, and a sweep that refills one
+/// snapshot for every request moves no snapshot at all.
 pub(crate) struct Refill<'a> {
     snap: &'a mut Snapshot,
     names: &'a Arc<Catalog>,
@@ -285,7 +291,9 @@ impl<'a> Refill<'a> {
             ..
         } = self;
         snap.state = state;
-        snap.segments.truncate(n);
+        if snap.segments.len() > n {
+            snap.segments.truncate(n);
+        }
         if !sorted {
             snap.segments
                 .sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
@@ -316,9 +324,15 @@ impl ReadInto for Refill<'_> {
     }
 
     #[inline]
-    fn segment(&mut self, edge: usize, index: u32, values: Values, corrupt: bool) {
+    fn segment(&mut self, edge: usize, index: u32, read: SegmentRead) {
+        let SegmentRead {
+            values,
+            domains,
+            corrupt,
+        } = read;
         self.snap.corrupt |= corrupt;
-        if !values.any() {
+        if domains == 0 {
+            // Nothing recorded: the segment does not appear.
             return;
         }
         let Some(&declared) = self.edges.get(edge) else {
@@ -327,7 +341,7 @@ impl ReadInto for Refill<'_> {
         let key = (edge, index);
         self.sorted &= self.n == 0 || key > self.last;
         self.last = key;
-        self.unchecked |= !values.all_in(self.known);
+        self.unchecked |= domains & !self.known != 0;
         match self.snap.segments.get_mut(self.n) {
             Some(seg) => {
                 seg.edge = declared;
@@ -403,7 +417,7 @@ impl Snapshot {
             fill.corrupt();
         }
         for s in raw.segments.drain(..) {
-            fill.segment(s.edge, s.index, s.values, s.corrupt);
+            fill.segment(s.edge, s.index, SegmentRead::of(s.values, s.corrupt));
         }
         // Sanitised already: nothing is left to check.
         fill.end(state);
@@ -412,21 +426,25 @@ impl Snapshot {
 
     /// Whether the request is open, closed by the call that returned this
     /// snapshot, or gone.
+    #[inline]
     pub fn state(&self) -> RequestState {
         self.state
     }
     /// Segments that left the window of kept segments, over all edges.
+    #[inline]
     pub fn dropped_segments(&self) -> u64 {
         self.dropped_segments
     }
     /// Whether some word of the request's slot held bits edgemark never
     /// writes (another process wrote garbage into the region); such values
     /// are left out.
+    #[inline]
     pub fn is_corrupt(&self) -> bool {
         self.corrupt
     }
     /// The edge segments that have at least one event, in declared edge order
     /// and then segment order.
+    #[inline]
     pub fn segments(&self) -> &[EdgeSegment] {
         &self.segments
     }
@@ -438,6 +456,7 @@ impl Snapshot {
             .find(|s| s.edge == edge && s.segment_index == segment_index)
     }
     /// Whether no event was recorded (the JSON form is `{}`).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.segments.is_empty()
     }
