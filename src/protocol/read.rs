@@ -192,6 +192,12 @@ impl<'a> Proto<'a> {
         let l = *self.layout;
         into.start();
         let events = (l.events as usize).min(MAX_EVENTS);
+        // Where the entries begin, and the words of an entry and of an
+        // edge's ring of entries: `l.entry(slot, edge, entry)` without its
+        // multiplications for each entry.
+        let entries = l.entry(slot, 0, 0);
+        let entry_words = 1 + l.events as usize;
+        let ring_words = l.segments as usize * entry_words;
         for edge in 0..l.edges as usize {
             // Acquire: pairs with the Release store of the segment word in
             // `begin` / `start_segment`: the kept entries are laid.
@@ -207,10 +213,17 @@ impl<'a> Proto<'a> {
                 into.dropped(u64::from(cur.count + 1 - kept));
             }
             for count in cur.count + 1 - kept..cur.count + 1 {
-                let entry = l.ring(count);
+                // `l.ring(count)`, which is the count itself until the ring
+                // has gone round once.
+                let entry = if count < l.segments {
+                    count as usize
+                } else {
+                    l.ring(count)
+                };
                 // The entry word and its cells: one bounds check.
-                let at = l.entry(slot, edge, entry);
-                let words = &self.words[at..at + 1 + events];
+                let at = entries + edge * ring_words + entry * entry_words;
+                debug_assert_eq!(at, l.entry(slot, edge, entry));
+                let words = &self.words[at..at + entry_words];
                 let entry_word = &words[0];
                 // Relaxed (both entry loads): the segment word's Acquire
                 // already shows this count laid, and the Acquire cell loads
