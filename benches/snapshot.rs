@@ -6,14 +6,14 @@
 //! - `snapshot/full_region`: [`Recorder::for_each_open`] over a file-backed
 //!   region of the default geometry (4096 slots, edges 0->1 and 1->2) with
 //!   every slot open and every event of every slot recorded, each snapshot
-//!   handled and dropped in turn.
+//!   lent to the callback in turn.
 //! - `snapshot/full_region_collect`: the same sweep through
 //!   [`Recorder::snapshot_open`], all snapshots kept in one `Vec`.
 //! - `snapshot/full_region_into`: the same sweep through
 //!   [`Recorder::snapshot_open_into`] into a `Vec` kept between sweeps.
 //!
-//! Both include building and dropping the detached snapshots: a caller pays
-//! for both.
+//! Each includes building and dropping what the caller is given (the
+//! snapshot, or the `Vec` of them): a caller pays for both.
 
 use std::time::Duration;
 
@@ -56,8 +56,8 @@ fn snapshots(c: &mut Criterion) {
     }
     assert!(rec.begin().is_err(), "every slot is in use");
     assert_eq!(rec.snapshot_open().unwrap().len(), SLOTS as usize);
-    // The sweep as a reader (an exporter, `inspect`) does it: one detached
-    // snapshot at a time, each handled and dropped.
+    // The sweep as a reader (an exporter, `top`) does it: one snapshot at a
+    // time, lent to the callback.
     g.bench_function("full_region", |b| {
         b.iter(|| {
             let mut values = 0usize;

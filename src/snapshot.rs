@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::domains::Catalog;
 use crate::mark::Edge;
-use crate::protocol::{RawSnapshot, Values};
+use crate::protocol::{RawSnapshot, ReadInto, SegmentRead, Values};
 use crate::schema::{DomainId, EventId};
 use crate::sync::AtomicU64;
 
@@ -40,6 +40,7 @@ pub struct Observed {
 
 impl Observed {
     /// Elapsed milliseconds, as snapshots show them.
+    #[inline]
     pub fn elapsed_ms(&self) -> f64 {
         self.elapsed_us as f64 / 1000.0
     }
@@ -62,18 +63,22 @@ pub struct EdgeSegment {
 
 impl EdgeSegment {
     /// The directed edge.
+    #[inline]
     pub fn edge(&self) -> Edge {
         self.edge
     }
     /// The producing stage.
+    #[inline]
     pub fn from_stage(&self) -> u32 {
         self.edge.from
     }
     /// The consuming stage.
+    #[inline]
     pub fn to_stage(&self) -> u32 {
         self.edge.to
     }
     /// The segment index.
+    #[inline]
     pub fn segment_index(&self) -> u32 {
         self.segment_index
     }
@@ -187,22 +192,173 @@ impl Serialize for EdgeSegment {
 /// domain in the region's table) and marks their segment corrupt.
 pub(crate) fn sanitize(raw: &mut RawSnapshot, names: &Catalog, words: &[AtomicU64]) {
     for seg in &mut raw.segments {
-        if seg.values.all_in(names.known_mask()) {
-            // Every value's domain is one this process has met: nothing to
-            // drop (the common case, one test per segment).
-            continue;
+        if drop_unknown(&mut seg.values, names, words) {
+            seg.corrupt = true;
+            raw.corrupt = true;
         }
-        for i in 0..seg.values.len() {
-            if seg
-                .values
-                .get(i)
-                .is_some_and(|v| !names.knows(words, DomainId(v.domain)))
-            {
-                seg.values.clear(i);
-                seg.corrupt = true;
-                raw.corrupt = true;
+    }
+}
+
+/// Clears the values of `values` whose clock domain names no domain in the
+/// region's table; whether it cleared one.
+fn drop_unknown(values: &mut Values, names: &Catalog, words: &[AtomicU64]) -> bool {
+    if values.all_in(names.known_mask()) {
+        // Every value's domain is one this process has met: nothing to
+        // drop (the common case, one test per segment).
+        return false;
+    }
+    let mut dropped = false;
+    for i in 0..values.len() {
+        if values
+            .get(i)
+            .is_some_and(|v| !names.knows(words, DomainId(v.domain)))
+        {
+            values.clear(i);
+            dropped = true;
+        }
+    }
+    dropped
+}
+
+/// A snapshot refilled in place by a read of its request ([`ReadInto`]):
+/// each segment with an event is written over the snapshot's next segment,
+/// which keeps its storage and its catalog handle (no reference count
+/// touched), or appended to it; [`Refill::finish`] then drops the stale
+/// rest. A snapshot refilled with no more segments than it ever held (or
+/// [`INLINE_SEGMENTS`]) allocates nothing, and a sweep that refills one
+/// snapshot for every request moves no snapshot at all.
+pub(crate) struct Refill<'a> {
+    snap: &'a mut Snapshot,
+    names: &'a Arc<Catalog>,
+    edges: &'a [Edge],
+    /// Segments written so far (the ones after are stale).
+    n: usize,
+    /// The (edge, index) of the last one written.
+    last: (usize, u32),
+    /// Whether they came in snapshot order. The protocol reads edges in
+    /// declared order and each edge's kept segments by count, so by index:
+    /// they do unless a region holds entry words edgemark never wrote.
+    sorted: bool,
+    /// The catalog's known domains when the read began.
+    known: u32,
+    /// Whether a value's domain is not among them: [`Refill::finish`] then
+    /// checks each value against the region's table.
+    unchecked: bool,
+}
+
+impl<'a> Refill<'a> {
+    /// A refill of `snap` with the values of a request of a region with
+    /// this catalog and these declared edges.
+    #[inline]
+    pub(crate) fn new(snap: &'a mut Snapshot, names: &'a Arc<Catalog>, edges: &'a [Edge]) -> Self {
+        Refill {
+            snap,
+            names,
+            edges,
+            n: 0,
+            last: (0, 0),
+            sorted: true,
+            known: 0,
+            unchecked: false,
+        }
+    }
+
+    /// Ends a read that succeeded: the snapshot is the request's, in
+    /// `state`, with values no edgemark process writes left out (found in
+    /// `words`, the region's, for domains this process has not met).
+    #[inline]
+    pub(crate) fn finish(self, state: RequestState, words: &[AtomicU64]) {
+        let (names, unchecked) = (self.names, self.unchecked);
+        let snap = self.end(state);
+        if unchecked {
+            for seg in &mut snap.segments {
+                if drop_unknown(&mut seg.values, names, words) {
+                    snap.corrupt = true;
+                }
             }
+            snap.segments.retain(|s| s.values.any());
         }
+    }
+
+    /// Ends the refill: the segments written, in snapshot order, in `state`.
+    #[inline]
+    fn end(self, state: RequestState) -> &'a mut Snapshot {
+        let Refill {
+            snap,
+            edges,
+            n,
+            sorted,
+            ..
+        } = self;
+        snap.state = state;
+        if snap.segments.len() > n {
+            snap.segments.truncate(n);
+        }
+        if !sorted {
+            snap.segments
+                .sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
+        }
+        snap
+    }
+}
+
+impl ReadInto for Refill<'_> {
+    #[inline]
+    fn start(&mut self) {
+        self.n = 0;
+        self.sorted = true;
+        self.unchecked = false;
+        self.known = self.names.known_mask();
+        self.snap.dropped_segments = 0;
+        self.snap.corrupt = false;
+    }
+
+    #[inline]
+    fn corrupt(&mut self) {
+        self.snap.corrupt = true;
+    }
+
+    #[inline]
+    fn dropped(&mut self, n: u64) {
+        self.snap.dropped_segments += n;
+    }
+
+    #[inline]
+    fn segment(&mut self, edge: usize, index: u32, read: SegmentRead) {
+        let SegmentRead {
+            values,
+            domains,
+            corrupt,
+        } = read;
+        self.snap.corrupt |= corrupt;
+        if domains == 0 {
+            // Nothing recorded: the segment does not appear.
+            return;
+        }
+        let Some(&declared) = self.edges.get(edge) else {
+            return;
+        };
+        let key = (edge, index);
+        self.sorted &= self.n == 0 || key > self.last;
+        self.last = key;
+        self.unchecked |= domains & !self.known != 0;
+        match self.snap.segments.get_mut(self.n) {
+            Some(seg) => {
+                seg.edge = declared;
+                seg.segment_index = index;
+                seg.values = values;
+                if !Arc::ptr_eq(&seg.names, self.names) {
+                    seg.names = Arc::clone(self.names);
+                }
+            }
+            None => self.snap.segments.push(EdgeSegment {
+                edge: declared,
+                segment_index: index,
+                values,
+                names: Arc::clone(self.names),
+            }),
+        }
+        self.n += 1;
     }
 }
 
@@ -245,7 +401,8 @@ impl Snapshot {
         }
     }
 
-    /// A snapshot of a raw one that [`sanitize`] has seen.
+    /// A snapshot of a raw one that [`sanitize`] has seen. Moves the
+    /// values out of `raw`, leaving it empty.
     pub(crate) fn from_raw(
         raw: &mut RawSnapshot,
         state: RequestState,
@@ -253,89 +410,41 @@ impl Snapshot {
         edges: &[Edge],
     ) -> Snapshot {
         let mut snap = Snapshot::empty(state);
-        snap.refill(raw, state, names, edges);
+        let mut fill = Refill::new(&mut snap, names, edges);
+        fill.start();
+        fill.dropped(raw.dropped);
+        if raw.corrupt {
+            fill.corrupt();
+        }
+        for s in raw.segments.drain(..) {
+            fill.segment(s.edge, s.index, SegmentRead::of(s.values, s.corrupt));
+        }
+        // Sanitised already: nothing is left to check.
+        fill.end(state);
         snap
-    }
-
-    /// Makes this snapshot the one of `raw` (which [`sanitize`] has seen),
-    /// reusing its segments' storage: no allocation unless `raw` has more
-    /// segments with events than this snapshot ever held (and more than
-    /// [`INLINE_SEGMENTS`]). Moves the values out of `raw`, leaving its
-    /// segments empty (their storage is kept for the next read).
-    pub(crate) fn refill(
-        &mut self,
-        raw: &mut RawSnapshot,
-        state: RequestState,
-        names: &Arc<Catalog>,
-        edges: &[Edge],
-    ) {
-        self.state = state;
-        self.dropped_segments = raw.dropped;
-        self.corrupt = raw.corrupt;
-        // Segments already here are overwritten in place: a refilled
-        // buffer keeps their catalog handles (no reference count touched).
-        let mut n = 0;
-        // The protocol reads edges in declared order and each edge's kept
-        // segments by count, so by index: already in snapshot order unless
-        // a region holds entry words edgemark never wrote.
-        let mut sorted = true;
-        let mut last = (0, 0);
-        // Each segment's fields are read in place (a drained copy on the
-        // stack, read back at other widths, stalled every segment).
-        for s in raw.segments.iter_mut() {
-            if !s.values.any() {
-                continue;
-            }
-            let Some(&edge) = edges.get(s.edge) else {
-                continue;
-            };
-            let key = (s.edge, s.index);
-            sorted &= n == 0 || key > last;
-            last = key;
-            let values = std::mem::replace(&mut s.values, Values::new());
-            match self.segments.get_mut(n) {
-                Some(seg) => {
-                    seg.edge = edge;
-                    seg.segment_index = s.index;
-                    seg.values = values;
-                    if !Arc::ptr_eq(&seg.names, names) {
-                        seg.names = Arc::clone(names);
-                    }
-                }
-                None => self.segments.push(EdgeSegment {
-                    edge,
-                    segment_index: s.index,
-                    values,
-                    names: Arc::clone(names),
-                }),
-            }
-            n += 1;
-        }
-        self.segments.truncate(n);
-        raw.segments.clear();
-        if !sorted {
-            self.segments
-                .sort_by_key(|s| (edges.iter().position(|e| *e == s.edge), s.segment_index));
-        }
     }
 
     /// Whether the request is open, closed by the call that returned this
     /// snapshot, or gone.
+    #[inline]
     pub fn state(&self) -> RequestState {
         self.state
     }
     /// Segments that left the window of kept segments, over all edges.
+    #[inline]
     pub fn dropped_segments(&self) -> u64 {
         self.dropped_segments
     }
     /// Whether some word of the request's slot held bits edgemark never
     /// writes (another process wrote garbage into the region); such values
     /// are left out.
+    #[inline]
     pub fn is_corrupt(&self) -> bool {
         self.corrupt
     }
     /// The edge segments that have at least one event, in declared edge order
     /// and then segment order.
+    #[inline]
     pub fn segments(&self) -> &[EdgeSegment] {
         &self.segments
     }
@@ -347,6 +456,7 @@ impl Snapshot {
             .find(|s| s.edge == edge && s.segment_index == segment_index)
     }
     /// Whether no event was recorded (the JSON form is `{}`).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.segments.is_empty()
     }
@@ -363,5 +473,117 @@ impl Serialize for Snapshot {
             m.serialize_entry(&seg.key(), seg)?;
         }
         m.end()
+    }
+}
+
+#[cfg(all(test, not(edgemark_loom)))]
+mod tests {
+    use super::*;
+    use crate::{Event, Mark, Outcome, Recorder, Schema, Token};
+
+    const E01: Edge = Edge::new(0, 1);
+    const E12: Edge = Edge::new(1, 2);
+
+    /// A region whose open requests have every shape a sweep meets: nothing
+    /// recorded, one event, every event of both edges, segments that left
+    /// the window, a value in a registered domain; and a closed request.
+    fn region() -> (Recorder, Vec<Token>) {
+        let rec = Recorder::builder()
+            .edge(0, 1)
+            .edge(1, 2)
+            .segments(2)
+            .slots(16)
+            .create_in_memory()
+            .unwrap();
+        let record = |t, mark| assert_eq!(rec.record(t, mark), Outcome::Recorded);
+        let idle = rec.begin().unwrap();
+        let one = rec.begin().unwrap();
+        record(one, Mark::new(E12, Event::ALL[1]));
+        let closed = rec.begin().unwrap();
+        record(closed, Mark::new(E01, Event::ALL[0]));
+        let full = rec.begin().unwrap();
+        for edge in [E01, E12] {
+            for event in Event::ALL {
+                record(full, Mark::new(edge, event).chunk_seq(3));
+            }
+        }
+        let segmented = rec.begin().unwrap();
+        for seg in 0..4 {
+            if seg > 0 {
+                assert_eq!(rec.start_segment(segmented, E01, seg), Outcome::Started);
+            }
+            record(segmented, Mark::new(E01, Event::ALL[2]).segment(seg));
+        }
+        let elsewhere = rec.begin().unwrap();
+        let mark = Mark::new(E12, Event::ALL[3]);
+        assert!(rec
+            .record_elapsed(elsewhere, mark, 2.5, "worker")
+            .is_success());
+        rec.close(closed);
+        (rec, vec![idle, one, full, segmented, elsewhere])
+    }
+
+    #[test]
+    fn every_sweep_gives_the_snapshots_of_single_reads() {
+        let (rec, tokens) = region();
+        let single: Vec<(Token, Snapshot)> = tokens.iter().map(|&t| (t, rec.snapshot(t))).collect();
+        assert_eq!(single[3].1.segments().len(), 2);
+        assert_eq!(single[3].1.dropped_segments(), 2);
+        assert_eq!(
+            single[4].1.segments()[0].domain(Event::ALL[3]),
+            Some("worker")
+        );
+
+        let mut lent = Vec::new();
+        rec.for_each_open(|t, s| lent.push((t, s.clone()))).unwrap();
+        assert_eq!(lent, single);
+        assert_eq!(rec.snapshot_open().unwrap(), single);
+        let json = |v: &[(Token, Snapshot)]| v.iter().map(|(_, s)| s.to_json()).collect::<Vec<_>>();
+        assert_eq!(json(&lent), json(&single));
+
+        // A buffer filled by a sweep of another region, with another
+        // schema and more requests, is refilled as a fresh one.
+        let schema = Schema::empty()
+            .with_event("only", "host_monotonic", true)
+            .unwrap();
+        let other = Recorder::builder()
+            .edge(0, 1)
+            .schema(schema)
+            .create_in_memory()
+            .unwrap();
+        for _ in 0..8 {
+            let t = other.begin().unwrap();
+            other.record(t, Mark::new(E01, crate::EventId(0)).chunk_seq(1));
+        }
+        let mut kept = Vec::new();
+        other.snapshot_open_into(&mut kept).unwrap();
+        assert_eq!(kept.len(), 8);
+        rec.snapshot_open_into(&mut kept).unwrap();
+        assert_eq!(kept, single);
+        assert_eq!(json(&kept), json(&single));
+        // And back.
+        other.snapshot_open_into(&mut kept).unwrap();
+        assert_eq!(kept, other.snapshot_open().unwrap());
+        assert_eq!(kept[0].1.segments()[0].first_chunk_seq(), Some(1));
+    }
+
+    #[test]
+    fn a_lent_snapshot_cloned_outlives_its_sweep_and_recorder() {
+        let (rec, tokens) = region();
+        let mut kept = None;
+        rec.for_each_open(|t, s| {
+            if t == tokens[2] {
+                kept = Some(s.clone());
+            }
+        })
+        .unwrap();
+        let expected = rec.snapshot(tokens[2]).to_json();
+        drop(rec);
+        let kept = kept.unwrap();
+        assert_eq!(kept.to_json(), expected);
+        let seg = kept.segment(E01, 0).unwrap().clone();
+        drop(kept);
+        assert_eq!(seg.first_chunk_seq(), Some(3));
+        assert_eq!(seg.domain(Event::ALL[0]), Some("host_monotonic"));
     }
 }

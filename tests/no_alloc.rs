@@ -300,3 +300,62 @@ fn for_each_open_allocates_nothing_for_requests_of_two_segments() {
     assert_eq!(many, 0, "a sweep allocated");
     drop(tokens);
 }
+
+#[test]
+fn a_snapshot_of_a_request_of_two_segments_allocates_nothing() {
+    let (_dir, rec, tokens) = swept_region(1);
+    let t = tokens[0];
+    let calls = allocator_calls(|| {
+        let snap = rec.snapshot(t);
+        assert_eq!(snap.segments().len(), 2);
+    });
+    assert_eq!(calls, 0, "a snapshot allocated");
+}
+
+/// A region with `n` open requests that each have three edge segments with
+/// events (two on edge 0->1), one more than a snapshot holds inline.
+fn swept_region_of_three_segments(n: usize) -> (tempfile::TempDir, Recorder) {
+    let (dir, rec, tokens) = swept_region(n);
+    for &t in &tokens {
+        assert_eq!(rec.start_segment(t, EDGES[0], 1), Outcome::Started);
+        let mark = Mark::new(EDGES[0], Event::ALL[0]).segment(1);
+        assert_eq!(rec.record(t, mark), Outcome::Recorded);
+    }
+    (dir, rec)
+}
+
+#[test]
+fn a_second_sweep_of_larger_requests_into_a_reused_buffer_allocates_nothing() {
+    let (_dir, rec) = swept_region_of_three_segments(REQUESTS);
+    let mut open = Vec::new();
+    // The first sweep spills every snapshot's segments to the heap...
+    rec.snapshot_open_into(&mut open).unwrap();
+    assert!(open.iter().all(|(_, s)| s.segments().len() == 3));
+    // ...and the next ones reuse that storage.
+    let calls = allocator_calls(|| rec.snapshot_open_into(&mut open).unwrap());
+    assert_eq!(calls, 0, "a sweep into a reused buffer allocated");
+    assert_eq!(open, rec.snapshot_open().unwrap());
+}
+
+#[test]
+fn for_each_open_allocates_per_sweep_not_per_request_for_larger_requests() {
+    let sweep = |rec: &Recorder| {
+        let mut values = 0;
+        let calls = allocator_calls(|| {
+            rec.for_each_open(|_, s| values += s.segments().len())
+                .unwrap()
+        });
+        (calls, values)
+    };
+    let (_dir, few) = swept_region_of_three_segments(REQUESTS / 2);
+    let (_dir2, many) = swept_region_of_three_segments(REQUESTS);
+    let (few_calls, few_values) = sweep(&few);
+    let (many_calls, many_values) = sweep(&many);
+    assert_eq!((few_values, many_values), (3 * REQUESTS / 2, 3 * REQUESTS));
+    // The lent snapshot spills once, for the first request.
+    assert_eq!(
+        few_calls, many_calls,
+        "allocations grew with the requests swept"
+    );
+    assert!(many_calls <= 2, "{many_calls} allocator calls in a sweep");
+}

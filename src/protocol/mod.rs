@@ -55,6 +55,7 @@ mod read;
 mod record;
 
 pub(crate) use control::{Closed, Reclaimed};
+pub(crate) use read::{Found, ReadInto, SegmentRead};
 
 use crate::layout::{Layout, H_COUNTERS};
 use crate::outcome::Outcome;

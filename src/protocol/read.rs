@@ -1,50 +1,230 @@
 //! The readers: a snapshot of one open request and the sweep of open
 //! slots. Nothing here writes the region.
 
-use super::{Proto, RawSegment, RawSnapshot, Request, Values};
+use smallvec::SmallVec;
+
+use super::{Proto, RawSegment, RawSnapshot, Request, Values, INLINE_EVENTS};
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::word::{self, SlotState};
 
-impl<'a> Proto<'a> {
-    /// Reads the current state of an open request without changing it.
-    /// `None` if the token's request is not open.
-    pub(crate) fn snapshot(&self, req: Request) -> Option<RawSnapshot> {
-        let mut snap = RawSnapshot::default();
-        self.snapshot_into(req, &mut snap).then_some(snap)
-    }
+/// What a read of one request is built into, as it is read: the reader
+/// hands each kept segment straight to its destination (a snapshot refilled
+/// in place, in a sweep), with no buffer of raw segments in between.
+///
+/// A read that returns `false` leaves its destination meaningless (the
+/// request closed or was replaced while it was read).
+pub(crate) trait ReadInto {
+    /// The head showed the request open: the read begins. Anything an
+    /// earlier read left is forgotten.
+    fn start(&mut self);
+    /// A segment or entry word held bits edgemark never writes.
+    fn corrupt(&mut self);
+    /// `n` segments of one edge have left the window of kept segments.
+    fn dropped(&mut self, n: u64);
+    /// One kept segment, read whole (its entry word was the same before
+    /// and after its cells): its edge, its index, and what it holds. In
+    /// edge order, and for each edge in count order.
+    fn segment(&mut self, edge: usize, index: u32, read: SegmentRead);
+}
 
-    /// [`Proto::snapshot`] into `snap`, whose segments' storage is reused
-    /// (it is cleared first): a sweep reads every request into one buffer.
-    /// `false` (and `snap` meaningless) if the request is not open.
-    pub(crate) fn snapshot_into(&self, req: Request, snap: &mut RawSnapshot) -> bool {
-        let Request { slot, gen } = req;
-        let l = self.layout;
-        let open = |h: u64| {
-            word::decode_head(h).is_some_and(|d| {
-                d.gen == gen && matches!(d.state, SlotState::Open | SlotState::Segmenting)
-            })
-        };
+/// What one kept segment holds, as read.
+pub(crate) struct SegmentRead {
+    /// One value word per schema event, 0 where nothing was recorded.
+    pub(crate) values: Values,
+    /// Bit `d` set for each clock domain `d` a value was recorded in: 0
+    /// when nothing was recorded.
+    pub(crate) domains: u32,
+    /// Whether a cell held bits edgemark never writes.
+    pub(crate) corrupt: bool,
+}
+
+impl SegmentRead {
+    /// The read of `values` (which come from a cell decoding, as a close's
+    /// seal collects them), whose cells were corrupt or not.
+    pub(crate) fn of(values: Values, corrupt: bool) -> SegmentRead {
+        let domains = values.words.iter().fold(0, |d, &w| d | domain_bit(w));
+        SegmentRead {
+            values,
+            domains,
+            corrupt,
+        }
+    }
+}
+
+/// Bit `d` for a value word recorded in clock domain `d`; 0 for any other
+/// word.
+#[inline]
+fn domain_bit(w: u64) -> u32 {
+    word::value_domain(w).map_or(0, |d| 1 << (d & 31))
+}
+
+impl ReadInto for RawSnapshot {
+    fn start(&mut self) {
+        self.clear();
+    }
+    fn corrupt(&mut self) {
+        self.corrupt = true;
+    }
+    fn dropped(&mut self, n: u64) {
+        self.dropped += n;
+    }
+    fn segment(&mut self, edge: usize, index: u32, read: SegmentRead) {
+        self.corrupt |= read.corrupt;
+        self.segments.push(RawSegment {
+            edge,
+            index,
+            values: read.values,
+            corrupt: read.corrupt,
+        });
+    }
+}
+
+/// The first `len` (at most `N`) of a kept entry's cells, in order, the
+/// rest zero.
+#[inline]
+fn load_cells<const N: usize>(cells: &[AtomicU64], len: usize) -> [u64; N] {
+    let mut out = [0u64; N];
+    for (i, (v, cell)) in out.iter_mut().zip(cells).enumerate() {
+        if i < len {
+            // Acquire: pairs with the writers' Release CAS (the value
+            // comes with the head as new as its request) and with
+            // `start_segment`'s Release relay (a relaid cell comes with its
+            // new entry word, checked after these loads).
+            *v = cell.load(Ordering::Acquire);
+        }
+    }
+    out
+}
+
+/// A cell word as a snapshot keeps it, and whether it is corrupt:
+/// [`word::decode`]'s verdict without its fields, free of branches. A
+/// value word is kept; an empty or sealed word is 0, "not recorded"; bits
+/// edgemark never writes (kind `11`, or an empty or sealed word with bits
+/// above its epoch) are 0 and corrupt. [`Values::from_cells`]' decoding.
+#[inline]
+fn decode_cell(cell: u64) -> (u64, bool) {
+    let kind = cell >> 62;
+    let value = kind == 1;
+    let stray = cell & (0x3f << 56) != 0;
+    let corrupt = kind == 3 || (!value && stray);
+    (if value { cell } else { 0 }, corrupt)
+}
+
+impl SegmentRead {
+    /// [`Values::from_cells`] of a schema whose events fit inline: the
+    /// first `len` of `cells` (the rest zero), decoded, in one pass with
+    /// their domains.
+    #[inline]
+    fn from_inline_cells(mut cells: [u64; INLINE_EVENTS], len: usize) -> SegmentRead {
+        let mut corrupt = false;
+        let mut domains = 0;
+        for cell in &mut cells {
+            let (kept, bad) = decode_cell(*cell);
+            *cell = kept;
+            corrupt |= bad;
+            domains |= domain_bit(kept);
+        }
+        let words = SmallVec::from_buf_and_len(cells, len.min(INLINE_EVENTS));
+        SegmentRead {
+            values: Values { words },
+            domains,
+            corrupt,
+        }
+    }
+}
+
+/// An open request as a sweep found it: the request and the head word whose
+/// Acquire load showed it open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub(crate) req: Request,
+    head: u64,
+}
+
+/// Whether head word `h` is of an open request, one that snapshots read:
+/// `Open` (which has no holder, so the low half is the state alone) or
+/// `Segmenting` (held). What [`word::decode_head`] says of it, in two
+/// comparisons.
+#[inline]
+fn open_state(h: u64) -> bool {
+    h as u32 == word::head(0, SlotState::Open) as u32 || h as u8 == SlotState::Segmenting as u8
+}
+
+/// Whether head word `h` shows request generation `gen` open.
+#[inline]
+fn shows_open(h: u64, gen: u32) -> bool {
+    (h >> 32) as u32 == gen && open_state(h)
+}
+
+impl<'a> Proto<'a> {
+    /// Reads the current state of an open request without changing it,
+    /// into `into`, built as it is read. `false` (and `into` meaningless)
+    /// if the request is not open.
+    #[inline]
+    pub(crate) fn snapshot_into(&self, req: Request, into: &mut impl ReadInto) -> bool {
         // Acquire: pairs with the Release head store of `begin` (and of each
         // control operation), so the slot's layout is visible.
-        if !open(self.w(l.head(slot)).load(Ordering::Acquire)) {
+        let head = self.w(self.layout.head(req.slot)).load(Ordering::Acquire);
+        self.read_after_head(req, head, into)
+    }
+
+    /// [`Proto::snapshot_into`] of a request a sweep found open: the sweep's
+    /// Acquire load of the head ([`Proto::open_slots`]) is the snapshot's
+    /// first read of it, so the read goes on from there, in the same order.
+    #[inline]
+    pub(crate) fn snapshot_found(&self, found: Found, into: &mut impl ReadInto) -> bool {
+        self.read_after_head(found.req, found.head, into)
+    }
+
+    /// The read of a snapshot after its first head load (Acquire), which
+    /// gave `head`: each edge's segment word, each kept entry (its entry
+    /// word before and after its cells), then the head again.
+    #[inline]
+    fn read_after_head(&self, req: Request, head: u64, into: &mut impl ReadInto) -> bool {
+        let Request { slot, gen } = req;
+        if !shows_open(head, gen) {
             return false;
         }
-        snap.clear();
+        // A copy: its fields stay in registers across the atomic loads
+        // (through the reference they would be read again after each).
+        let l = *self.layout;
+        into.start();
         let events = (l.events as usize).min(MAX_EVENTS);
+        // Where the entries begin, and the words of an entry and of an
+        // edge's ring of entries: `l.entry(slot, edge, entry)` without its
+        // multiplications for each entry.
+        let entries = l.entry(slot, 0, 0);
+        let entry_words = 1 + l.events as usize;
+        let ring_words = l.segments as usize * entry_words;
         for edge in 0..l.edges as usize {
             // Acquire: pairs with the Release store of the segment word in
             // `begin` / `start_segment`: the kept entries are laid.
             let Some(cur) = word::decode_seg(self.w(l.seg(slot, edge)).load(Ordering::Acquire))
             else {
-                snap.corrupt = true;
+                into.corrupt();
                 continue;
             };
-            snap.dropped += u64::from((cur.count + 1).saturating_sub(l.segments));
-            for count in l.window(cur.count) {
-                let entry = l.ring(count);
-                let entry_word = self.w(l.entry(slot, edge, entry));
+            // The window of kept counts, `l.window(cur.count)`, as a plain
+            // range (an inclusive range's iterator tests a flag each step).
+            let kept = (cur.count + 1).min(l.segments);
+            if kept <= cur.count {
+                into.dropped(u64::from(cur.count + 1 - kept));
+            }
+            for count in cur.count + 1 - kept..cur.count + 1 {
+                // `l.ring(count)`, which is the count itself until the ring
+                // has gone round once.
+                let entry = if count < l.segments {
+                    count as usize
+                } else {
+                    l.ring(count)
+                };
+                // The entry word and its cells: one bounds check.
+                let at = entries + edge * ring_words + entry * entry_words;
+                debug_assert_eq!(at, l.entry(slot, edge, entry));
+                let words = &self.words[at..at + entry_words];
+                let entry_word = &words[0];
                 // Relaxed (both entry loads): the segment word's Acquire
                 // already shows this count laid, and the Acquire cell loads
                 // keep the second entry load after them; a cell relaid with
@@ -53,7 +233,7 @@ impl<'a> Proto<'a> {
                 // weakened these and nothing failed, as this argues).
                 let before = entry_word.load(Ordering::Relaxed);
                 let Some(ew) = word::decode_seg(before) else {
-                    snap.corrupt = true;
+                    into.corrupt();
                     continue;
                 };
                 if ew.count != count {
@@ -62,44 +242,44 @@ impl<'a> Proto<'a> {
                 }
                 // The cells are read into a local array and decoded at once
                 // (one value at a time into the segment made every append
-                // wait on the last one's length).
-                let mut cells = [0u64; MAX_EVENTS];
-                for (ev, cell) in cells[..events].iter_mut().enumerate() {
-                    // Acquire: pairs with the writers' Release CAS (the value
-                    // comes with the head as new as its request) and with
-                    // `start_segment`'s Release relay (a relaid cell comes
-                    // with its new entry word, checked below).
-                    *cell = self
-                        .w(l.cell(slot, edge, entry, ev))
-                        .load(Ordering::Acquire);
-                }
-                if entry_word.load(Ordering::Relaxed) != before {
-                    continue;
-                }
-                let (values, corrupt) = Values::from_cells(&mut cells, events);
-                snap.corrupt |= corrupt;
-                snap.segments.push(RawSegment {
-                    edge,
-                    index: ew.index,
-                    values,
-                    corrupt,
-                });
+                // wait on the last one's length); into one of the inline
+                // size when the schema's events fit inline.
+                let read = if events <= INLINE_EVENTS {
+                    let cells = load_cells::<INLINE_EVENTS>(&words[1..], events);
+                    if entry_word.load(Ordering::Relaxed) != before {
+                        continue;
+                    }
+                    SegmentRead::from_inline_cells(cells, events)
+                } else {
+                    let mut cells = load_cells::<MAX_EVENTS>(&words[1..], events);
+                    if entry_word.load(Ordering::Relaxed) != before {
+                        continue;
+                    }
+                    let (values, corrupt) = Values::from_cells(&mut cells, events);
+                    SegmentRead::of(values, corrupt)
+                };
+                into.segment(edge, ew.index, read);
             }
         }
         // Acquire: a close that sealed cells we read (their swaps are
         // Release, after its `Closing` store) is visible here.
-        open(self.w(l.head(slot)).load(Ordering::Acquire))
+        shows_open(self.w(l.head(slot)).load(Ordering::Acquire), gen)
     }
 
     /// Every open request in slots `from..to`, slot by slot.
-    pub(crate) fn open_slots(&self, from: u32, to: u32) -> impl Iterator<Item = Request> + 'a {
+    pub(crate) fn open_slots(&self, from: u32, to: u32) -> impl Iterator<Item = Found> + 'a {
         let this = *self;
         (from..to.min(self.layout.slots)).filter_map(move |slot| {
-            // Acquire: pairs with `begin`'s Release store of `Open`.
-            let h = this.w(this.layout.head(slot)).load(Ordering::Acquire);
-            let d = word::decode_head(h)?;
-            matches!(d.state, SlotState::Open | SlotState::Segmenting)
-                .then_some(Request { slot, gen: d.gen })
+            // Acquire: pairs with `begin`'s Release store of `Open`. For a
+            // snapshot of the request found, this is its first head load.
+            let head = this.w(this.layout.head(slot)).load(Ordering::Acquire);
+            open_state(head).then_some(Found {
+                req: Request {
+                    slot,
+                    gen: (head >> 32) as u32,
+                },
+                head,
+            })
         })
     }
 
@@ -110,6 +290,60 @@ impl<'a> Proto<'a> {
         Owner {
             pid: self.w(l.owner_pid(slot)).load(Ordering::Relaxed),
             start_ticks: self.w(l.owner_start(slot)).load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Words with every kind, every pattern of the bits above an epoch,
+    /// and low bits from a simple generator.
+    fn words() -> impl Iterator<Item = u64> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..4096u64).map(move |i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let low = if i % 3 == 0 { i } else { x };
+            (i % 4) << 62 | (i / 4 % 64) << 56 | low & ((1 << 56) - 1)
+        })
+    }
+
+    #[test]
+    fn a_cell_decodes_as_word_decode_says() {
+        use crate::word::Cell;
+        for w in words().chain([0, u64::MAX, word::sealed(7, 3), word::empty(7, 3)]) {
+            let expected = match word::decode(w) {
+                Cell::Value(_) => (w, false),
+                Cell::Empty { .. } | Cell::Sealed => (0, false),
+                Cell::Corrupt => (0, true),
+            };
+            assert_eq!(decode_cell(w), expected, "{w:#018x}");
+        }
+    }
+
+    #[test]
+    fn a_head_is_open_as_decode_head_says() {
+        let heads = words().flat_map(|w| {
+            // Heads of every state byte, with and without a holder.
+            [
+                w,
+                w & !0xffff_ff00,
+                w & 0xffff_ffff_0000_00ff,
+                w & !0xff | 2,
+                w & !0xff | 3,
+            ]
+        });
+        for h in heads {
+            let d = word::decode_head(h);
+            let open =
+                d.is_some_and(|d| matches!(d.state, SlotState::Open | SlotState::Segmenting));
+            assert_eq!(open_state(h), open, "{h:#018x}");
+            let gen = (h >> 32) as u32;
+            assert_eq!(shows_open(h, gen), open, "{h:#018x}");
+            assert!(!shows_open(h, gen ^ 1), "{h:#018x}");
         }
     }
 }

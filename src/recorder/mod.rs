@@ -10,11 +10,11 @@ use crate::layout::{Layout, H_FLAGS};
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Closed, Proto, RawSnapshot, Reclaimed, Request};
+use crate::protocol::{Closed, Found, Proto, Reclaimed, Request};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
 use crate::schema::{DomainId, EventId, Schema};
-use crate::snapshot::{RequestState, Snapshot};
+use crate::snapshot::{Refill, RequestState, Snapshot};
 use crate::sync::Ordering;
 use crate::token::Token;
 use crate::word;
@@ -272,11 +272,11 @@ impl Inner {
             })
     }
 
-    /// The public snapshot of a raw one, with values no edgemark process
-    /// writes left out.
-    fn detach(&self, raw: &mut RawSnapshot, state: RequestState) -> Snapshot {
-        crate::snapshot::sanitize(raw, &self.names, self.storage.words());
-        Snapshot::from_raw(raw, state, &self.names, &self.edges)
+    /// A refill of `snap` by a read of a request of this region (values
+    /// no edgemark process writes are left out when it finishes).
+    #[inline]
+    fn refill<'a>(&'a self, snap: &'a mut Snapshot) -> Refill<'a> {
+        Refill::new(snap, &self.names, &self.edges)
     }
 }
 
@@ -331,7 +331,7 @@ impl Live<'_> {
     /// as an access found the file shrunk (its pages then read as zeros).
     /// Slots in a hole of the file are skipped: never written, they are
     /// free ([`Storage::slot_runs`]).
-    fn sweep(&self, mut f: impl FnMut(Request)) -> Result<(), AttachError> {
+    fn sweep(&self, mut f: impl FnMut(Found)) -> Result<(), AttachError> {
         let storage = &self.inner.storage;
         let mut faulted = false;
         storage.slot_runs(&self.inner.layout, |from, to| {
@@ -684,10 +684,13 @@ impl Recorder {
         let Some(Live { inner, proto }) = self.live_for(token) else {
             return Snapshot::gone();
         };
-        match proto.snapshot(request(token)) {
-            Some(mut raw) => inner.detach(&mut raw, RequestState::Open),
-            None => Snapshot::gone(),
+        let mut snap = Snapshot::empty(RequestState::Open);
+        let mut fill = inner.refill(&mut snap);
+        if !proto.snapshot_into(request(token), &mut fill) {
+            return Snapshot::gone();
         }
+        fill.finish(RequestState::Open, proto.words);
+        snap
     }
 
     /// Checks that the region's file still has its full length and that no
@@ -709,7 +712,7 @@ impl Recorder {
     pub fn open_requests(&self) -> Result<Vec<Token>, AttachError> {
         let mut out = Vec::new();
         if let Some(live) = self.live_for_sweep()? {
-            live.sweep(|req| out.push(live.inner.token(req)))?;
+            live.sweep(|found| out.push(live.inner.token(found.req)))?;
         }
         Ok(out)
     }
@@ -754,25 +757,20 @@ impl Recorder {
             Err(e) => Err(e),
             Ok(Some(live)) => {
                 let Live { inner, proto } = live;
-                let mut raw = RawSnapshot::default();
-                live.sweep(|req| {
-                    if !proto.snapshot_into(req, &mut raw) {
-                        return;
+                live.sweep(|found| {
+                    if filled == out.len() {
+                        out.push((inner.token(found.req), Snapshot::empty(RequestState::Open)));
                     }
-                    crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
-                    let token = inner.token(req);
-                    let state = RequestState::Open;
-                    match out.get_mut(filled) {
-                        Some((t, snap)) => {
-                            *t = token;
-                            snap.refill(&mut raw, state, &inner.names, &inner.edges);
-                        }
-                        None => out.push((
-                            token,
-                            Snapshot::from_raw(&mut raw, state, &inner.names, &inner.edges),
-                        )),
+                    // Read straight into the buffer's next snapshot; one
+                    // read that fails (the request closed meanwhile) is
+                    // overwritten by the next or truncated.
+                    let (token, snap) = &mut out[filled];
+                    let mut fill = inner.refill(snap);
+                    if proto.snapshot_found(found, &mut fill) {
+                        fill.finish(RequestState::Open, proto.words);
+                        *token = inner.token(found.req);
+                        filled += 1;
                     }
-                    filled += 1;
                 })
             }
         };
@@ -784,38 +782,55 @@ impl Recorder {
     /// each open request, slot by slot, one snapshot at a time (a request
     /// closed while the sweep passes is left out).
     ///
+    /// The snapshot is lent: the sweep reads each request into one snapshot
+    /// that it refills in place, so a sweep of requests with up to two edge
+    /// segments with events allocates nothing and touches no reference
+    /// count. Clone it to keep it (or collect the sweep with
+    /// [`Recorder::snapshot_open`]).
+    ///
     /// Errors: what [`Recorder::check`] says before the sweep (nothing is
     /// swept), or [`AttachError::Shrunk`] if the file was found shrunk
     /// during it (the sweep stops there; what `f` was given before is
     /// real).
     ///
     /// ```
-    /// # use edgemark::Recorder;
+    /// # use edgemark::{Edge, Event, Mark, Recorder, Snapshot, Token};
     /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// let t = rec.begin().unwrap();
+    /// let idle = rec.begin().unwrap();
+    /// let busy = rec.begin().unwrap();
+    /// rec.record(busy, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
     /// let mut open = 0;
+    /// let mut kept: Vec<(Token, Snapshot)> = Vec::new();
     /// rec.for_each_open(|token, snapshot| {
-    ///     assert_eq!(token, t);
-    ///     assert!(snapshot.is_empty());
     ///     open += 1;
+    ///     if !snapshot.is_empty() {
+    ///         // Detached: an owned copy outlives the sweep.
+    ///         kept.push((token, snapshot.clone()));
+    ///     }
     /// })?;
-    /// assert_eq!(open, 1);
+    /// assert_eq!(open, 2);
+    /// assert_eq!(kept.len(), 1);
+    /// assert_eq!(kept[0].0, busy);
+    /// assert_eq!(kept[0].1, rec.snapshot(busy));
+    /// # let _ = idle;
     /// # Ok::<(), edgemark::AttachError>(())
     /// ```
-    pub fn for_each_open(&self, mut f: impl FnMut(Token, Snapshot)) -> Result<(), AttachError> {
+    pub fn for_each_open(&self, mut f: impl FnMut(Token, &Snapshot)) -> Result<(), AttachError> {
         let Some(live) = self.live_for_sweep()? else {
             return Ok(());
         };
         let Live { inner, proto } = live;
-        // One buffer for the sweep's reads: each request costs its detached
-        // snapshot only (inline, for up to two edge segments).
-        let mut raw = RawSnapshot::default();
-        live.sweep(|req| {
+        // One snapshot for the whole sweep, refilled in place for each
+        // request: its segments keep their storage and catalog handles.
+        let mut snap = Snapshot::empty(RequestState::Open);
+        live.sweep(|found| {
             // A snapshot read from a page replaced under it is zeros, which
-            // no open request holds: `snapshot_into` says so for it, and the
+            // no open request holds: the read says so for it, and the
             // sweep fails at its next slot.
-            if proto.snapshot_into(req, &mut raw) {
-                f(inner.token(req), inner.detach(&mut raw, RequestState::Open));
+            let mut fill = inner.refill(&mut snap);
+            if proto.snapshot_found(found, &mut fill) {
+                fill.finish(RequestState::Open, proto.words);
+                f(inner.token(found.req), &snap);
             }
         })
     }
