@@ -56,6 +56,23 @@ struct EventSpec {
     fast: bool,
 }
 
+impl EventSpec {
+    /// The chunk field of a value word of this event for `mark`, checked.
+    #[inline]
+    fn chunk(self, mark: &Mark) -> Result<Option<u64>, Outcome> {
+        match mark.chunk_seq {
+            Some(c) if self.keeps_chunk_seq => {
+                if c > word::MAX_CHUNK_SEQ {
+                    Err(Outcome::OutOfRange)
+                } else {
+                    Ok(Some(c))
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 /// The request a token names in its region.
 fn request(token: Token) -> Request {
     Request {
@@ -201,16 +218,7 @@ impl Inner {
     /// The chunk field of a value word, checked.
     #[inline]
     fn chunk(&self, mark: &Mark) -> Result<Option<u64>, Outcome> {
-        match mark.chunk_seq {
-            Some(c) if self.event(mark).keeps_chunk_seq => {
-                if c > word::MAX_CHUNK_SEQ {
-                    Err(Outcome::OutOfRange)
-                } else {
-                    Ok(Some(c))
-                }
-            }
-            _ => Ok(None),
-        }
+        self.event(mark).chunk(mark)
     }
 
     /// The clock-reading record of a checked call: `edge` is the mark's
@@ -474,7 +482,7 @@ impl Recorder {
                 && token.gen != 0
             {
                 if let (Some(edge), Ok(chunk)) =
-                    (inner.edge_index.get(mark.edge), inner.chunk(&mark))
+                    (inner.edge_index.get(mark.edge), spec.chunk(&mark))
                 {
                     return inner.record_now(token, edge, mark.segment, mark.event.0, chunk);
                 }
