@@ -1,0 +1,368 @@
+"""The API-server side of the plugin tests, run in its own process:
+
+    python _vllm_omni_orchestrator.py SCENARIO
+
+It loads vLLM-Omni's general plugins as the API server does, starts real
+stage processes (``_vllm_omni_stage.py``) where the scenario needs them,
+drives requests through vLLM-Omni's own request state, orchestrator and
+cleanup code, and prints one JSON object: what the test asserts on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Stage:
+    """A stage process, driven one JSON command at a time."""
+
+    def __init__(self, stage_id: int, worker_type: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "_vllm_omni_stage.py"), str(stage_id), worker_type],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def ready(self) -> dict:
+        return self._reply()
+
+    def _reply(self) -> dict:
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"stage process exited ({self.proc.poll()})")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def __call__(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self(op="exit")
+            except (RuntimeError, BrokenPipeError):
+                pass
+        self.proc.wait(timeout=60)
+
+
+def output(rid: str, tokens):
+    """A stage output as vLLM hands it to the orchestrator."""
+    from vllm.outputs import CompletionOutput, RequestOutput
+
+    completion = CompletionOutput(index=0, text="", token_ids=list(tokens), cumulative_logprob=None, logprobs=None)
+    return RequestOutput(
+        request_id=rid,
+        prompt=None,
+        prompt_token_ids=[1],
+        prompt_logprobs=None,
+        outputs=[completion],
+        finished=False,
+    )
+
+
+class Server:
+    """vLLM-Omni's API-server objects the plugin wraps, with the state their
+    code reads (the engine and its stage processes are the test's own)."""
+
+    def __init__(self) -> None:
+        from vllm_omni.engine.orchestrator import Orchestrator, OrchestratorRequestState
+        from vllm_omni.entrypoints.async_omni import AsyncOmni
+        from vllm_omni.entrypoints.client_request_state import ClientRequestState
+        from vllm_omni.entrypoints.omni import Omni
+
+        self.ClientRequestState = ClientRequestState
+        self.OrchestratorRequestState = OrchestratorRequestState
+        self.api = object.__new__(AsyncOmni)
+        self.api.request_states = {}
+        self.api.log_stats = False
+        self.sync = object.__new__(Omni)
+        self.sync.request_states = self.api.request_states
+        self.sync.log_stats = False
+        self.sync.engine = SimpleNamespace(abort=lambda ids: None)
+        self.orch = object.__new__(Orchestrator)
+        self.orch.stage_pools = [SimpleNamespace(final_output=False)] + [SimpleNamespace(final_output=True)] * 3
+        self.orch._pd_pair = None
+        self.loop = asyncio.new_event_loop()
+        self.orch.output_async_queue = asyncio.Queue()
+
+    def begin(self, rid: str):
+        state = self.ClientRequestState(rid)
+        self.api.request_states[rid] = state
+        return state
+
+    def route(self, stage_id: int, rid: str, tokens) -> None:
+        req_state = self.OrchestratorRequestState(request_id=rid)
+        self.loop.run_until_complete(self.orch._route_output(stage_id, 0, output(rid, tokens), req_state, None))
+
+    def snapshot(self, state) -> dict:
+        from edgemark import vllm_omni
+
+        return vllm_omni._owner.region.snapshot(state._edgemark_token)
+
+    def cleanup(self, rid: str) -> dict:
+        state = self.api.request_states[rid]
+        self.api._log_summary_and_cleanup(rid)
+        return state.stream_edge_metrics
+
+    def abort(self, rid: str) -> dict:
+        state = self.api.request_states[rid]
+        self.sync.abort(rid)
+        return state.stream_edge_metrics
+
+
+def targets():
+    from edgemark import vllm_omni
+
+    out = {}
+    for t in vllm_omni._TARGETS:
+        mod = __import__(t.module, fromlist=[t.cls])
+        out[f"{t.cls}.{t.attr}"] = id(getattr(mod, t.cls).__dict__.get(t.attr))
+    return out
+
+
+def roundtrip() -> bool:
+    """vLLM-Omni's transport still moves a payload between two runners."""
+    from vllm_omni.worker.omni_connector_model_runner_mixin import OmniConnectorModelRunnerMixin
+
+    class Runner(OmniConnectorModelRunnerMixin):
+        pass
+
+    def runner(stage):
+        r = Runner()
+        r.init_omni_connectors(
+            model_config=SimpleNamespace(
+                stage_connector_config={"name": "SharedMemoryConnector", "extra": {}},
+                async_chunk=True,
+                worker_type="ar",
+                custom_process_next_stage_input_func=None,
+                stage_id=stage,
+            )
+        )
+        return r
+
+    sys.path.insert(0, HERE)
+    from _vllm_omni_stage import payload
+
+    producer, consumer = runner(0), runner(1)
+    producer._custom_process_func = lambda transfer_manager, pooling_output, request: payload(pooling_output)
+    producer._custom_process_payload_kwarg = "pooling_output"
+    rid = f"roundtrip-{os.getpid()}"
+    consumer.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
+    producer.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output="data")
+    deadline = time.monotonic() + 30
+    got = {}
+    while time.monotonic() < deadline and rid not in got:
+        got.update(consumer.recv_chunk())
+        time.sleep(0.01)
+    producer.shutdown_omni_connectors()
+    consumer.shutdown_omni_connectors()
+    return rid in got
+
+
+class Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record) -> None:
+        self.messages.append(record.getMessage())
+
+
+def scenario_main() -> dict:
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from edgemark import vllm_omni
+
+    result = {"instrumented": vllm_omni.is_instrumented()}
+    server = Server()
+    producer, consumer, decoder = Stage(0, "ar"), Stage(1, "ar"), Stage(1, "generation")
+    try:
+        result["stages_instrumented"] = [s.ready()["instrumented"] for s in (producer, consumer, decoder)]
+
+        # A: two payloads, two outputs.
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="send", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A", chunks=1)
+        server.route(1, "req-A", [7])
+        result["A_first"] = server.snapshot(server.api.request_states["req-A"])
+        producer(op="send", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A", chunks=2)
+        server.route(1, "req-A", [8])
+        result["A"] = server.cleanup("req-A")
+        result["A_after_close"] = result["A"] == {} or "req-A" not in vllm_omni._owner.tokens
+
+        # B: an empty terminal payload, then an empty output.
+        server.begin("req-B")
+        consumer(op="register", rid="req-B")
+        producer(op="send", rid="req-B", kind="terminal")
+        consumer(op="wait", rid="req-B", chunks=1)
+        server.route(1, "req-B", [])
+        result["B"] = server.cleanup("req-B")
+
+        # C: the connector's put fails (every retry).
+        server.begin("req-C")
+        consumer(op="register", rid="req-C")
+        producer(op="send", rid="req-C", kind="unsendable")
+        result["C"] = server.cleanup("req-C")
+
+        # D: the payload arrives where it is not admitted (a decoder stage
+        # waits for audio codes, not embeddings); closed by the sync abort.
+        server.begin("req-D")
+        decoder(op="register", rid="req-D")
+        producer(op="send", rid="req-D", kind="data")
+        result["D_taken"] = decoder(op="wait", rid="req-D", chunks=1)["chunks"]
+        result["D"] = server.abort("req-D")
+
+        # A again: a new instance under a reused request ID.
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="send", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A", chunks=3)
+        server.route(1, "req-A", [9])
+        result["A2"] = server.cleanup("req-A")
+        result["open_after"] = len(vllm_omni._owner.region.open_requests())
+        result["region"] = vllm_omni._owner.path
+    finally:
+        for s in (producer, consumer, decoder):
+            s.stop()
+    return result
+
+
+def scenario_kill() -> dict:
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from edgemark import vllm_omni
+
+    server = Server()
+    producer, consumer = Stage(0, "ar"), Stage(1, "ar")
+    try:
+        producer.ready(), consumer.ready()
+        state = server.begin("req-K")
+        consumer(op="register", rid="req-K")
+        producer(op="send", rid="req-K", kind="data")
+        consumer(op="wait", rid="req-K", chunks=1)
+        os.kill(producer.proc.pid, signal.SIGKILL)
+        producer.proc.wait(timeout=60)
+        before = server.snapshot(state)
+        final = server.cleanup("req-K")
+        return {
+            "killed": producer.proc.returncode,
+            "before": before,
+            "final": final,
+            "open_after": len(vllm_omni._owner.region.open_requests()),
+        }
+    finally:
+        consumer.stop()
+
+
+def scenario_disabled() -> dict:
+    before = targets()
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from edgemark import vllm_omni
+
+    return {
+        "same": before == targets(),
+        "instrumented": vllm_omni.is_instrumented(),
+        "region_env": os.environ.get(vllm_omni.ENV_REGION),
+        "roundtrip": roundtrip(),
+    }
+
+
+def _refused(change) -> dict:
+    from edgemark import vllm_omni
+
+    handler = Warnings()
+    logging.getLogger("edgemark.vllm_omni").addHandler(handler)
+    change(vllm_omni)
+    before = targets()
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    again = vllm_omni.instrument()
+    return {
+        "same": before == targets(),
+        "instrumented": vllm_omni.is_instrumented(),
+        "again": again,
+        "warnings": [m for m in handler.messages if m.startswith("edgemark")],
+        "roundtrip": roundtrip(),
+    }
+
+
+def scenario_version() -> dict:
+    def change(plugin):
+        plugin._installed_version = lambda: "0.31.0"
+
+    return _refused(change)
+
+
+def scenario_renamed() -> dict:
+    def change(plugin):
+        from vllm_omni.distributed.omni_connectors.model_runner import omni_connector_payload_transport as t
+
+        cls = t._OmniConnectorPayloadTransportMixin
+        orig = cls._send_single_request
+
+        def _send_single_request(self, job):  # the same call, another parameter name
+            return orig(self, job)
+
+        cls._send_single_request = _send_single_request
+
+    return _refused(change)
+
+
+def scenario_missing() -> dict:
+    def change(plugin):
+        from vllm_omni.distributed.omni_connectors.model_runner import omni_connector_payload_transport as t
+
+        del t._OmniConnectorPayloadTransportMixin._recv_full_payload_result
+
+    return _refused(change)
+
+
+def scenario_twice() -> dict:
+    """Loaded again (a second plugin load, a forked child): one set of patches."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from edgemark import vllm_omni
+
+    first = targets()
+    vllm_omni.register()
+    vllm_omni.instrument()
+    pid = os.fork()
+    if pid == 0:
+        vllm_omni.register()
+        os._exit(0 if targets() == first else 3)
+    _, status = os.waitpid(pid, 0)
+    same = targets() == first
+    vllm_omni.uninstrument()
+    vllm_omni.uninstrument()
+    restored = all(
+        getattr(__import__(t.module, fromlist=[t.cls]), t.cls).__dict__.get(t.attr).__name__ == t.attr
+        and not hasattr(getattr(__import__(t.module, fromlist=[t.cls]), t.cls).__dict__.get(t.attr), "__wrapped__")
+        for t in vllm_omni._TARGETS
+    )
+    return {"same": same, "child": os.waitstatus_to_exitcode(status), "restored": restored}
+
+
+if __name__ == "__main__":
+    print(json.dumps(globals()["scenario_" + sys.argv[1]]()), flush=True)

@@ -1,0 +1,102 @@
+"""One vLLM-Omni stage process for the plugin tests: vLLM-Omni's own chunk
+transport (the model runner's connector mixin, as vLLM-Omni's CPU unit tests
+build it) over its real SharedMemoryConnector, no model, no GPU.
+
+    python _vllm_omni_stage.py STAGE_ID WORKER_TYPE
+
+It loads vLLM-Omni's general plugins as every vLLM-Omni process does (so the
+edgemark plugin instruments it when EDGEMARK_VLLM_OMNI=1), prints
+``{"ready": true}``, then answers one JSON command per stdin line with one
+JSON line on stdout:
+
+- ``{"op": "send", "rid": R, "kind": K}``: the producer emits one payload
+  of kind K (``data``, ``terminal``, ``unsendable``) through ``send_chunk``
+  and waits until its send thread is done with it (sent or given up);
+- ``{"op": "register", "rid": R}``: the consumer registers R for receiving;
+- ``{"op": "wait", "rid": R, "chunks": N}``: waits until the consumer's
+  receive thread has taken N payloads of R off the connector;
+- ``{"op": "exit"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+
+def payload(kind: str):
+    import torch
+
+    if kind == "data":
+        return {"embed": {"decode": torch.ones(2, 4)}, "meta": {"finished": torch.tensor(False)}}
+    if kind == "terminal":
+        # An empty terminal marker: only the finish flag.
+        return {"meta": {"finished": torch.tensor(True)}}
+    if kind == "unsendable":
+        # The connector's serializer cannot encode a lock: its put fails.
+        return {"embed": {"decode": torch.ones(2, 4)}, "extra": {"lock": threading.Lock()}}
+    raise ValueError(kind)
+
+
+def main() -> None:
+    stage_id, worker_type = int(sys.argv[1]), sys.argv[2]
+    from vllm_omni.plugins import load_omni_general_plugins
+    from vllm_omni.worker.omni_connector_model_runner_mixin import OmniConnectorModelRunnerMixin
+
+    load_omni_general_plugins()
+
+    class Runner(OmniConnectorModelRunnerMixin):
+        pass
+
+    runner = Runner()
+    runner.init_omni_connectors(
+        model_config=SimpleNamespace(
+            stage_connector_config={"name": "SharedMemoryConnector", "extra": {}},
+            async_chunk=True,
+            worker_type=worker_type,
+            custom_process_next_stage_input_func=None,
+            stage_id=stage_id,
+        )
+    )
+    # The stage's payload hook: the command names the payload it returns.
+    runner._custom_process_func = lambda transfer_manager, pooling_output, request: payload(pooling_output)
+    runner._custom_process_payload_kwarg = "pooling_output"
+    from edgemark import vllm_omni
+
+    print(json.dumps({"ready": True, "instrumented": vllm_omni.is_instrumented()}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op, rid = cmd["op"], cmd.get("rid")
+        if op == "send":
+            ok = runner.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output=cmd["kind"])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with runner._lock:
+                    if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
+                        break
+                time.sleep(0.005)
+            reply = {"ok": ok}
+        elif op == "register":
+            runner.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
+            reply = {"ok": True}
+        elif op == "wait":
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and runner._get_req_chunk.get(rid, 0) < cmd["chunks"]:
+                time.sleep(0.005)
+            # The receive thread admits after it counts: let it finish.
+            time.sleep(0.05)
+            reply = {"chunks": runner._get_req_chunk.get(rid, 0)}
+        elif op == "exit":
+            runner.shutdown_omni_connectors()
+            print(json.dumps({"ok": True}), flush=True)
+            return
+        else:
+            reply = {"error": f"unknown op {op}"}
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    main()
