@@ -89,6 +89,12 @@ class Server:
         self.api = object.__new__(AsyncOmni)
         self.api.request_states = {}
         self.api.log_stats = False
+        self.api._enable_ar_profiler = False
+        self.api.engine = SimpleNamespace(
+            get_stage_metadata=lambda i: SimpleNamespace(
+                final_output=True, final_output_type="text", stage_type="llm", model_stage=f"stage{i}"
+            )
+        )
         self.sync = object.__new__(Omni)
         self.sync.request_states = self.api.request_states
         self.sync.log_stats = False
@@ -107,6 +113,24 @@ class Server:
     def route(self, stage_id: int, rid: str, tokens) -> None:
         req_state = self.OrchestratorRequestState(request_id=rid)
         self.loop.run_until_complete(self.orch._route_output(stage_id, 0, output(rid, tokens), req_state, None))
+
+    def respond(self, stage_id: int, rid: str, tokens) -> dict:
+        """The response vLLM-Omni builds for a stage output: its metrics."""
+        from vllm_omni.engine.messages import OutputMessage
+        from vllm_omni.metrics.stats import OrchestratorAggregator
+
+        metrics = OrchestratorAggregator(len(self.orch.stage_pools), False, time.time(), stage_id)
+        result = OutputMessage(
+            request_id=rid,
+            stage_id=stage_id,
+            replica_id=0,
+            engine_outputs=output(rid, tokens),
+            metrics=None,
+            finished=False,
+            stage_submit_ts=None,
+        )
+        out = self.api._process_single_result(result, stage_id, metrics, {}, time.time(), stage_id)
+        return out.metrics
 
     def snapshot(self, state) -> dict:
         from edgemark import vllm_omni
@@ -200,6 +224,7 @@ def scenario_main() -> dict:
         producer(op="send", rid="req-A", kind="data")
         consumer(op="wait", rid="req-A", chunks=1)
         server.route(1, "req-A", [7])
+        result["A_response"] = server.respond(1, "req-A", [7])
         result["A_first"] = server.snapshot(server.api.request_states["req-A"])
         producer(op="send", rid="req-A", kind="data")
         consumer(op="wait", rid="req-A", chunks=2)
