@@ -309,12 +309,7 @@ class _Recorder:
             return
         key = (from_stage, to_stage, event)
         if key in req.done:
-            # Recorded already, unless the ID now names a newer instance.
-            if region.is_open(req.token):
-                return
-            req = self._refresh(request_id, req)
-            if req is None:
-                return
+            return
         if not meaningful():
             return
         if region.record(req.token, from_stage, to_stage, event, chunk_seq=chunk_seq) or region.is_open(req.token):
@@ -458,23 +453,34 @@ _tls = threading.local()
 # code, and passes vLLM-Omni's return value and exceptions on unchanged.
 
 
+def _done(rid: Any, key: Tuple[int, int, int]) -> bool:
+    """Whether this process has nothing more to record for ``key`` of the
+    request ``rid``: the per-chunk fast path, one dict lookup."""
+    rec = _recorder
+    if rec is None:
+        return False
+    req = rec.requests.get(rid)
+    return req is not None and key in req.done
+
+
 def _wrap_enqueue(orig: Callable) -> Callable:
-    def _enqueue_chunk_payload(self, request, payload_data, *args, **kwargs):
+    def _enqueue_chunk_payload(self, request, payload_data, *, wait_for_delivery=False):
         try:
             raw = getattr(request, "request_id", None) or getattr(request, "req_id", None)
             rid = self._resolve_external_req_id(request, raw)
-            seq = self._put_req_chunk.get(rid, 0)
-            _get_recorder().record(
-                rid,
-                int(self._stage_id),
-                int(self._next_stage_id),
-                _EMIT,
-                lambda: _payload_meaningful(self, payload_data),
-                seq,
-            )
+            key = (self._stage_id, self._next_stage_id, _EMIT)
+            if not _done(rid, key):
+                _get_recorder().record(
+                    rid,
+                    int(key[0]),
+                    int(key[1]),
+                    _EMIT,
+                    lambda: _payload_meaningful(self, payload_data),
+                    self._put_req_chunk.get(rid, 0),
+                )
         except Exception as e:  # noqa: BLE001
             _debug_once("w-emit", "edgemark: producer emit not recorded: %r", e)
-        return orig(self, request, payload_data, *args, **kwargs)
+        return orig(self, request, payload_data, wait_for_delivery=wait_for_delivery)
 
     return _enqueue_chunk_payload
 
@@ -506,10 +512,10 @@ def _wrap_send(orig: Callable) -> Callable:
     def _send_single_request(self, task):
         ok = orig(self, task)
         try:
-            if ok is True and self._omni_connector is not None:
+            if ok is True and not _done(task.get("request_id"), (task.get("stage_id"), task.get("next_stage_id"), _SEND)):
                 rid = _put_key_request(task.get("put_key")) or task.get("request_id")
                 frm, to = _stage(task.get("stage_id")), _stage(task.get("next_stage_id"))
-                if isinstance(rid, str) and frm is not None and to is not None:
+                if isinstance(rid, str) and frm is not None and to is not None and self._omni_connector is not None:
                     data = task.get("data")
                     _get_recorder().record(rid, frm, to, _SEND, lambda: _payload_meaningful(self, data))
         except Exception as e:  # noqa: BLE001
@@ -531,10 +537,16 @@ def _wrap_recv(orig: Callable) -> Callable:
 
 
 def _wrap_poll(orig: Callable) -> Callable:
-    def _poll_single_request(self, req_id, *args, **kwargs):
+    def _poll_single_request(self, req_id, *, publish_ready=True):
+        try:
+            # vLLM-Omni polls the edge (stage - 1) -> stage.
+            if _done(self._request_ids_mapping.get(req_id, req_id), (self._stage_id - 1, self._stage_id, _ACCEPT)):
+                return orig(self, req_id, publish_ready=publish_ready)
+        except Exception:  # noqa: BLE001 - then take the recording path
+            pass
         _tls.polling, _tls.received = True, None
         try:
-            admitted = orig(self, req_id, *args, **kwargs)
+            admitted = orig(self, req_id, publish_ready=publish_ready)
         finally:
             _tls.polling = False
         try:
@@ -554,6 +566,23 @@ def _wrap_poll(orig: Callable) -> Callable:
         return admitted
 
     return _poll_single_request
+
+
+def _wrap_cleanup_request(orig: Callable) -> Callable:
+    def cleanup_finished_request(self, req_id):
+        try:
+            rec = _recorder
+            if rec is not None:
+                # The request is done in this stage: a later request under
+                # the same ID is another instance, looked up afresh.
+                with rec.lock:
+                    rec.requests.pop(self._request_ids_mapping.get(req_id, req_id), None)
+                    rec.requests.pop(req_id, None)
+        except Exception as e:  # noqa: BLE001
+            _debug_once("w-cleanup", "edgemark: stage cleanup not followed: %r", e)
+        return orig(self, req_id)
+
+    return cleanup_finished_request
 
 
 def _wrap_orchestrator_init(orig: Callable) -> Callable:
@@ -718,6 +747,8 @@ _TARGETS: Tuple[_Target, ...] = (
             _RECV_PARAMS, _wrap_recv),
     _Target(_TRANSPORT, "_OmniConnectorPayloadTransportMixin", "_poll_single_request",
             ("self", "req_id", "publish_ready"), _wrap_poll),
+    _Target("vllm_omni.distributed.omni_connectors.model_runner.omni_connector_runtime",
+            "_OmniConnectorRuntimeMixin", "cleanup_finished_request", ("self", "req_id"), _wrap_cleanup_request),
     _Target(_ORCH, "OrchestratorBase", "__init__", None, _wrap_orchestrator_init),
     _Target(_ORCH, "OrchestratorBase", "_route_output",
             ("self", "stage_id", "replica_id", "output", "req_state", "stage_metrics"), _wrap_route, True),
@@ -734,6 +765,8 @@ _TARGETS: Tuple[_Target, ...] = (
 
 #: (class, attribute, original) of every patch in place.
 _patched: List[Tuple[type, str, Callable]] = []
+#: Whether this process's vLLM-Omni was found unsupported (said once).
+_refused = False
 _instrument_lock = threading.Lock()
 
 
@@ -782,14 +815,19 @@ def instrument() -> bool:
     call does nothing. Returns whether the call sites are patched.
 
     Outside ``SUPPORTED``, or when any wrapped attribute is missing or has
-    another signature, logs one warning and patches nothing.
+    another signature, logs one warning and patches nothing (and later calls
+    in this process return ``False`` without another warning).
     """
+    global _refused
     with _instrument_lock:
         if _patched:
             return True
+        if _refused:
+            return False
         ver = _installed_version()
         parsed = _version_tuple(ver) if ver else None
         if parsed is None or not (SUPPORTED[0] <= parsed < SUPPORTED[1]):
+            _refused = True
             _log.warning(
                 "edgemark: vllm-omni %s is not supported (%s); stream-edge events are not recorded",
                 ver or "(not installed)",
@@ -799,6 +837,7 @@ def instrument() -> bool:
         try:
             resolved = [(t, *_resolve(t)) for t in _TARGETS]
         except (LookupError, ImportError, ValueError, TypeError) as e:
+            _refused = True
             _log.warning(
                 "edgemark: vllm-omni %s has changed where the plugin hooks in (%s); nothing is patched",
                 ver,

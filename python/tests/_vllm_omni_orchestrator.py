@@ -254,11 +254,14 @@ def scenario_main() -> dict:
         result["D_taken"] = decoder(op="wait", rid="req-D", chunks=1)["chunks"]
         result["D"] = server.abort("req-D")
 
-        # A again: a new instance under a reused request ID.
+        # A again: a new instance under a reused request ID, after each
+        # stage freed the first one.
+        producer(op="free", rid="req-A")
+        consumer(op="free", rid="req-A")
         server.begin("req-A")
         consumer(op="register", rid="req-A")
         producer(op="send", rid="req-A", kind="data")
-        consumer(op="wait", rid="req-A", chunks=3)
+        consumer(op="wait", rid="req-A", chunks=1)
         server.route(1, "req-A", [9])
         result["A2"] = server.cleanup("req-A")
         result["open_after"] = len(vllm_omni._owner.region.open_requests())

@@ -15,6 +15,8 @@ JSON line on stdout:
 - ``{"op": "register", "rid": R}``: the consumer registers R for receiving;
 - ``{"op": "wait", "rid": R, "chunks": N}``: waits until the consumer's
   receive thread has taken N payloads of R off the connector;
+- ``{"op": "free", "rid": R}``: the runner frees R, as vLLM-Omni's model
+  runner does when a request finishes (``cleanup_finished_request``);
 - ``{"op": "exit"}``.
 """
 
@@ -89,6 +91,10 @@ def main() -> None:
             # The receive thread admits after it counts: let it finish.
             time.sleep(0.05)
             reply = {"chunks": runner._get_req_chunk.get(rid, 0)}
+        elif op == "free":
+            # The model runner frees a finished request.
+            runner.cleanup_finished_request(rid)
+            reply = {"ok": True}
         elif op == "exit":
             runner.shutdown_omni_connectors()
             print(json.dumps({"ok": True}), flush=True)
