@@ -191,6 +191,12 @@ class _Owner:
                     os.unlink(os.path.join(self.dir, _entry_name(request_id)))
                 except OSError:
                     pass
+        rec = _recorder
+        if rec is not None:
+            # What this process recorded for the instance (the consumer's
+            # output) is done with it: a later instance starts afresh.
+            with rec.lock:
+                rec.requests.pop(request_id, None)
         final = self.region.close(token)
         return final if final is not None else {}
 
