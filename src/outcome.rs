@@ -75,11 +75,18 @@ pub enum Outcome {
     /// can look at the region but not write it. Not counted (counting would
     /// be a write).
     ReadOnly,
+    /// This process's mapping of the region lost a page: the file was
+    /// truncated under it, or a sparse region's file system had no space
+    /// for a page ([`Recorder::check`](crate::Recorder::check) says which).
+    /// `begin`, `start_segment` and `close` refuse from then on, since
+    /// what they would write may reach no other process; attach the region
+    /// again. Not counted (the counter may be on a lost page too).
+    Faulted,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 21] = [
+    pub const ALL: [Outcome; 22] = [
         Outcome::Recorded,
         Outcome::Started,
         Outcome::Duplicate,
@@ -101,6 +108,7 @@ impl Outcome {
         Outcome::Disabled,
         Outcome::DomainTableFull,
         Outcome::ReadOnly,
+        Outcome::Faulted,
     ];
 
     /// The outcome with this [`Outcome::name`].
@@ -164,6 +172,7 @@ impl Outcome {
             Outcome::Disabled => "disabled",
             Outcome::DomainTableFull => "domain_table_full",
             Outcome::ReadOnly => "read_only",
+            Outcome::Faulted => "faulted",
         }
     }
 

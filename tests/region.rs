@@ -828,7 +828,8 @@ fn closed_requests_reach_the_histograms_exactly_once() {
     );
 }
 
-/// A sweep of a sparse region reads only the slots that were ever written:
+/// A sweep of a sparse region (an opt-in; regions reserve their space by
+/// default) reads only the slots that were ever written:
 /// the untouched part of the file stays a hole, so an `inspect` of a large,
 /// mostly empty region does not commit its size in memory.
 #[test]
@@ -839,6 +840,7 @@ fn sweeps_of_a_sparse_region_leave_its_holes_alone() {
     let owner = Recorder::builder()
         .edge(0, 1)
         .slots(1 << 20)
+        .sparse(true)
         .create(&p)
         .unwrap();
     let bytes = owner.info().unwrap().bytes;

@@ -355,7 +355,7 @@ impl Live<'_> {
             }
         });
         if faulted || storage.faulted() {
-            return Err(AttachError::Shrunk);
+            return Err(storage.fault_error());
         }
         Ok(())
     }
@@ -441,9 +441,15 @@ impl Recorder {
     /// disabled recorder [`Outcome::Disabled`], and a counter region whose
     /// counter this process does not trust [`Outcome::ClockMismatch`]
     /// (counted; see [`RegionBuilder::clock`]); the request then runs
-    /// unrecorded.
+    /// unrecorded. A mapping that lost a page (the file was truncated, or a
+    /// sparse region found no space) gives [`Outcome::Faulted`], also when
+    /// the page is lost during this begin: a token is only handed out for
+    /// a request that other processes can see.
     pub fn begin(&self) -> Result<Token, Outcome> {
         let Live { inner, proto } = self.live_mut()?;
+        if inner.storage.faulted() {
+            return Err(Outcome::Faulted);
+        }
         let mut owner = process::owner_identity();
         // A start time is only comparable in the region's time namespace.
         if !inner.shared_clock {
@@ -457,6 +463,14 @@ impl Recorder {
             Some(_) => clock::counter(),
         };
         match proto.begin(origin, owner, holder()) {
+            // A page lost meanwhile may be this request's: the slot may
+            // exist only in this process. Close it (on a lost page that
+            // changes nothing anyone else sees; on a good one it frees the
+            // slot) and hand out nothing.
+            Some(req) if inner.storage.faulted() => {
+                let _ = proto.close(req, holder(), &inner.holder_alive());
+                Err(Outcome::Faulted)
+            }
             Some(req) => Ok(inner.token(req)),
             None => Err(proto.count(Outcome::RegionFull)),
         }
@@ -638,19 +652,27 @@ impl Recorder {
     /// [`RegionBuilder::segments`]); older ones are dropped and counted.
     ///
     /// `segment` must be greater than the current one; otherwise the call
-    /// is refused as [`Outcome::StaleSegment`].
+    /// is refused as [`Outcome::StaleSegment`]. On a mapping that lost a
+    /// page, before or during the call, it is [`Outcome::Faulted`].
     pub fn start_segment(&self, token: Token, edge: impl Into<Edge>, segment: u32) -> Outcome {
         let Live { inner, proto } = match self.live_mut() {
             Ok(live) => live,
             Err(why) => return why,
         };
+        if inner.storage.faulted() {
+            return Outcome::Faulted;
+        }
         let edge = edge.into();
         let mark = Mark::new(edge, EventId(0));
         let edge = match inner.check_mark(token, &mark) {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        proto.start_segment(request(token), edge, segment, holder())
+        let started = proto.start_segment(request(token), edge, segment, holder());
+        if inner.storage.faulted() {
+            return Outcome::Faulted;
+        }
+        started
     }
 
     /// Closes the request and returns its final snapshot.
@@ -664,6 +686,11 @@ impl Recorder {
     /// (completion, abort, disconnect, timeout, error) should call it; it
     /// never fails the rest of a cleanup. Late records are refused, and the
     /// slot can be reused at once.
+    ///
+    /// On a mapping that lost a page (see [`Outcome::Faulted`]) close
+    /// refuses: an empty snapshot in state [`RequestState::Faulted`],
+    /// nothing changed; a process that attaches the region again can close
+    /// the token.
     pub fn close(&self, token: Token) -> Snapshot {
         let Some(Live { inner, proto }) = self.live_for(token) else {
             return Snapshot::gone();
@@ -671,7 +698,15 @@ impl Recorder {
         if inner.storage.access() == Access::ReadOnly {
             return Snapshot::gone();
         }
-        match proto.close(request(token), holder(), &inner.holder_alive()) {
+        if inner.storage.faulted() {
+            return Snapshot::empty(RequestState::Faulted);
+        }
+        let closed = proto.close(request(token), holder(), &inner.holder_alive());
+        if inner.storage.faulted() {
+            // Lost during the close: what it read may be zeros.
+            return Snapshot::empty(RequestState::Faulted);
+        }
+        match closed {
             Ok(Closed { mut raw, freed }) => {
                 crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
                 if freed {
@@ -969,7 +1004,7 @@ impl Recorder {
             }
         });
         if faulted || inner.storage.faulted() {
-            return Err(AttachError::Shrunk);
+            return Err(inner.storage.fault_error());
         }
         Ok(report)
     }
@@ -992,7 +1027,7 @@ impl Recorder {
         };
         let h = report::histograms(proto.words, proto.layout, &inner.schema, &inner.edges);
         if inner.storage.faulted() {
-            return Err(AttachError::Shrunk);
+            return Err(inner.storage.fault_error());
         }
         Ok(h)
     }
