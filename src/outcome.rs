@@ -53,7 +53,8 @@ pub enum Outcome {
     /// The event is not in the region's schema.
     UnknownEvent,
     /// The clock-domain name cannot name a domain: empty or blank, longer
-    /// than 32 bytes, or with a control character. (Any valid name is
+    /// than 32 bytes, or with a control or invisible format character such
+    /// as a bidirectional control. (Any valid name is
     /// registered on first use; see [`Outcome::DomainTableFull`].)
     UnknownDomain,
     /// The token belongs to another region.

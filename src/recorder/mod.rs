@@ -615,7 +615,8 @@ impl Recorder {
     /// together.
     ///
     /// Errors: [`Outcome::UnknownDomain`] for a name that cannot name a
-    /// domain (empty or blank, over 32 bytes, a control character),
+    /// domain (empty or blank, over 32 bytes, a control or invisible format
+    /// character such as a bidirectional control),
     /// [`Outcome::DomainTableFull`] (counted) when the table is full,
     /// [`Outcome::Disabled`].
     ///
