@@ -12,7 +12,9 @@ use crate::outcome::Outcome;
 use crate::process;
 use crate::protocol::{Closed, Found, Proto, Reclaimed, Request};
 use crate::region::{self, Access, AttachError, Header, Storage};
-use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
+use crate::report::{
+    self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
+};
 use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{Refill, RequestState, Snapshot};
 use crate::sync::Ordering;
@@ -176,10 +178,27 @@ impl Inner {
     /// is in the creator's pid namespace and no process from another one has
     /// attached.
     fn trusts_pids(&self) -> bool {
+        self.pids_unjudged().is_none()
+    }
+
+    /// Why this process may not judge the pids in the region, if it may
+    /// not.
+    fn pids_unjudged(&self) -> Option<PidsUnjudged> {
+        if self.header.pid_namespace != process::pid_namespace() {
+            Some(PidsUnjudged::OtherNamespace)
+        } else if self.mixed_pid_namespaces() {
+            Some(PidsUnjudged::MixedNamespaces)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the header's flag says a process from another pid namespace
+    /// attached for writing.
+    fn mixed_pid_namespaces(&self) -> bool {
         // Relaxed: see `from_opened`.
         let flags = self.storage.words()[H_FLAGS].load(Ordering::Relaxed);
-        flags & region::FLAG_MIXED_PID_NS == 0
-            && self.header.pid_namespace == process::pid_namespace()
+        flags & region::FLAG_MIXED_PID_NS != 0
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless
@@ -928,7 +947,22 @@ impl Recorder {
             created_unix_ns: h.created_unix_ns,
             creator_pid: h.creator_pid,
             group_access: h.group_access,
+            mixed_pid_namespaces: i.mixed_pid_namespaces(),
+            pids_unjudged: i.pids_unjudged(),
         })
+    }
+
+    /// Whether the process that created the region still runs: `None` when
+    /// this process cannot tell (it does not judge pids here, see
+    /// [`RegionInfo::pids_unjudged`], or the recorder is disabled or in
+    /// memory). A pid that was reused by another process counts as alive.
+    pub fn creator_alive(&self) -> Option<bool> {
+        let i = self.live()?.inner;
+        if i.path.is_none() || !i.trusts_pids() {
+            return None;
+        }
+        let pid = u32::try_from(i.header.creator_pid).ok()?;
+        Some(process::pid_alive(pid))
     }
 
     /// Frees the slots of dead processes: open requests whose owner (the
@@ -942,18 +976,41 @@ impl Recorder {
     ///
     /// Frees nothing when pids cannot be trusted: this process is in another
     /// pid namespace than the region's creator, or some process from another
-    /// one has attached (`docs/limitations.md`).
+    /// one has attached for writing (`docs/limitations.md`); the report's
+    /// [`ReclaimReport::unjudged`] then says which.
     ///
     /// Errors: as [`Recorder::reclaim_where`].
     pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, AttachError> {
+        self.reclaim_dead(false)
+    }
+
+    /// [`Recorder::reclaim_dead_owners`] that judges every owner and lock
+    /// holder as a process of this process's pid namespace, even when the
+    /// region is shared across pid namespaces
+    /// ([`RegionInfo::pids_unjudged`]). Use it only when the processes of
+    /// other namespaces that attached are gone or never began a request:
+    /// a live owner there whose pid names no process here loses its
+    /// request.
+    ///
+    /// Errors: as [`Recorder::reclaim_where`].
+    pub fn reclaim_dead_owners_in_this_namespace(&self) -> Result<ReclaimReport, AttachError> {
+        self.reclaim_dead(true)
+    }
+
+    fn reclaim_dead(&self, judge_anyway: bool) -> Result<ReclaimReport, AttachError> {
         let Some(Live { inner, .. }) = self.live() else {
             return Ok(ReclaimReport::default());
         };
         if inner.storage.access() == Access::ReadOnly {
             return Err(AttachError::ReadOnly);
         }
-        if !inner.trusts_pids() {
-            return Ok(ReclaimReport::default());
+        if let (Some(why), false) = (inner.pids_unjudged(), judge_anyway) {
+            // Still fail as a sweep would on a damaged mapping.
+            inner.storage.check_len()?;
+            return Ok(ReclaimReport {
+                unjudged: Some(why),
+                ..ReclaimReport::default()
+            });
         }
         // Start times are compared only in the region's time namespace.
         let compare_start = inner.shared_clock;
