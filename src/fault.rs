@@ -14,8 +14,10 @@
 //! the faulting page with `MAP_FIXED` and returns: the faulting access is
 //! retried and succeeds on that page, a record lands nowhere (a lost record,
 //! never a dead process), a read sees zeros, and the range is marked
-//! *faulted* so that sweeps and snapshots report an error instead of
-//! returning a result assembled from zeros. A fault anywhere else is passed
+//! *faulted*, with the cause ([`Fault`]: the file shrank, or a sparse file's
+//! file system had no space for the page), so that sweeps and snapshots
+//! report an error instead of returning a result assembled from zeros, and
+//! control operations refuse. A fault anywhere else is passed
 //! on to the handler that was installed before ([`PREVIOUS`]), or, if there
 //! was none, the default action is restored and the faulting access is
 //! retried, which ends the process exactly as it would have ended without

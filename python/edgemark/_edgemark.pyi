@@ -206,7 +206,8 @@ class Region:
     def snapshot_open(self) -> List[Tuple[Token, _Snapshot]]:
         """Snapshots of every open request (a sweep, without the GIL)."""
     def reclaim_dead_owners(self) -> Dict[str, int]:
-        """Frees the slots of dead processes: ``{"dead_owners", "dead_holders"}``."""
+        """Frees the slots of dead processes: ``{"dead_owners", "dead_holders",
+        "unjudged"}`` (``unjudged``: why no pid was judged, or ``None``)."""
     def counters(self) -> Dict[str, Any]:
         """Refused records by outcome, dropped segments, closed and reclaimed requests."""
     def info(self) -> Optional[Dict[str, Any]]:

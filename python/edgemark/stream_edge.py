@@ -25,8 +25,11 @@ differs from upstream, and why: docs/vllm-omni.md.
 ``RequestStreamEdgeEvents()`` records into a process-wide default region:
 the region file named by the environment variable ``EDGEMARK_REGION`` if
 set, else one this process creates on first use under
-``edgemark.default_dir()`` (owner-only, removed at exit) with every directed
-edge among stages ``0..DEFAULT_STAGES-1``. ``RequestStreamEdgeEvents(region=r)``
+``edgemark.default_dir()`` (owner-only) with every directed edge among
+stages ``0..DEFAULT_STAGES-1``. That file is removed when this process
+exits normally; a process that is killed leaves it behind, and
+``edgemark reclaim --remove-if-abandoned PATH`` removes it once its creator
+is gone (docs/vllm-omni.md). ``RequestStreamEdgeEvents(region=r)``
 records into ``r``.
 """
 

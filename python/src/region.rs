@@ -748,7 +748,10 @@ impl PyRegion {
 
     /// Frees the slots of dead processes (open requests whose owner is gone,
     /// slots left locked by a process that died); live owners' slots are
-    /// left alone. Returns ``{"dead_owners": n, "dead_holders": m}``.
+    /// left alone. Returns ``{"dead_owners": n, "dead_holders": m,
+    /// "unjudged": why}``: ``why`` is ``None``, or
+    /// ``"mixed_pid_namespaces"`` / ``"other_pid_namespace"`` when no pid
+    /// could be judged and nothing was freed (docs/limitations.md).
     fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let rec = &self.rec;
         let r = py
@@ -757,6 +760,7 @@ impl PyRegion {
         let d = PyDict::new(py);
         d.set_item("dead_owners", r.dead_owners)?;
         d.set_item("dead_holders", r.dead_holders)?;
+        d.set_item("unjudged", r.unjudged.map(|w| w.name()))?;
         Ok(d)
     }
 
@@ -804,6 +808,8 @@ impl PyRegion {
         d.set_item("created_unix_ns", i.created_unix_ns)?;
         d.set_item("creator_pid", i.creator_pid)?;
         d.set_item("group_access", i.group_access)?;
+        d.set_item("mixed_pid_namespaces", i.mixed_pid_namespaces)?;
+        d.set_item("pids_unjudged", i.pids_unjudged.map(|w| w.name()))?;
         Ok(Some(d))
     }
 
