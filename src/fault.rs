@@ -256,6 +256,8 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
                 )
             };
             if p != libc::MAP_FAILED {
+                // Relaxed: `fd` was published with `len`, whose Acquire
+                // load above pairs with the Release store in `register`.
                 let cause = cause(r.fd.load(Ordering::Relaxed), at - start);
                 // Relaxed: see `Guard::faulted`. Only the first cause is
                 // kept (a failed exchange means one is there already).
