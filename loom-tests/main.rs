@@ -299,7 +299,7 @@ fn m2_writer_races_close() {
         let observed_ok = |v: &View| match v.state {
             RequestState::Open => v.kept_by(fin),
             RequestState::Gone => v.segs.is_empty(),
-            RequestState::Closed | RequestState::Busy => false,
+            RequestState::Closed | RequestState::Busy | RequestState::Faulted => false,
         };
         fin.state == RequestState::Closed
             && consistent(op, fin.producer(0) == Some((1000, Some(7))))

@@ -14,8 +14,10 @@
 //! the faulting page with `MAP_FIXED` and returns: the faulting access is
 //! retried and succeeds on that page, a record lands nowhere (a lost record,
 //! never a dead process), a read sees zeros, and the range is marked
-//! *faulted* so that sweeps and snapshots report an error instead of
-//! returning a result assembled from zeros. A fault anywhere else is passed
+//! *faulted*, with the cause ([`Fault`]: the file shrank, or a sparse file's
+//! file system had no space for the page), so that sweeps and snapshots
+//! report an error instead of returning a result assembled from zeros, and
+//! control operations refuse. A fault anywhere else is passed
 //! on to the handler that was installed before ([`PREVIOUS`]), or, if there
 //! was none, the default action is restored and the faulting access is
 //! retried, which ends the process exactly as it would have ended without
@@ -30,7 +32,7 @@
 // not built under it), so it uses core's atomics, not the `sync` facade.
 #![allow(clippy::disallowed_types)]
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Once;
 
 /// How many mappings one process can have guarded at once. A mapping beyond
@@ -48,8 +50,26 @@ struct Range {
     /// Whether the mapping is writable (the replacement page gets the same
     /// protection, so a read-only mapping stays read-only).
     writable: AtomicBool,
-    /// Set by the handler when it replaced a page of this mapping.
-    faulted: AtomicBool,
+    /// The mapped file's descriptor (open for at least the registration's
+    /// lifetime), or -1: the handler `fstat`s it to tell a shrunk file from
+    /// a page the file system could not provide.
+    fd: AtomicI32,
+    /// 0 until the handler replaced a page of this mapping, then the
+    /// [`Fault`] of the first replacement (`Fault as u8`), never changed.
+    faulted: AtomicU8,
+}
+
+/// Why a page of a guarded mapping was replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Fault {
+    /// The file no longer covers the page: it was truncated under the
+    /// mapping.
+    Shrunk = 1,
+    /// The file still covers the page, but the kernel could not provide it:
+    /// a sparse file whose file system had no space left for the page (or
+    /// could not read it).
+    NoSpace = 2,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -57,7 +77,8 @@ const FREE: Range = Range {
     start: AtomicUsize::new(0),
     len: AtomicUsize::new(0),
     writable: AtomicBool::new(false),
-    faulted: AtomicBool::new(false),
+    fd: AtomicI32::new(-1),
+    faulted: AtomicU8::new(0),
 };
 
 static TABLE: [Range; RANGES] = [FREE; RANGES];
@@ -80,12 +101,13 @@ pub(crate) struct Guard {
     index: usize,
 }
 
-/// Registers `[ptr, ptr + len)` (a whole mapping, page-aligned) so that a
-/// `SIGBUS` inside it replaces the page instead of killing the process.
-/// Installs the handler on first use. Returns `None` when the table is full
-/// or the handler could not be installed: the mapping then works as before,
-/// unguarded.
-pub(crate) fn register(ptr: *mut u8, len: usize, writable: bool) -> Option<Guard> {
+/// Registers `[ptr, ptr + len)` (a whole mapping, page-aligned, of the file
+/// `fd` from offset 0; -1 when there is no file to ask) so that a `SIGBUS`
+/// inside it replaces the page instead of killing the process. `fd` must
+/// stay open while the guard lives. Installs the handler on first use.
+/// Returns `None` when the table is full or the handler could not be
+/// installed: the mapping then works as before, unguarded.
+pub(crate) fn register(ptr: *mut u8, len: usize, writable: bool, fd: i32) -> Option<Guard> {
     let start = ptr as usize;
     if start == 0 || len == 0 || !install() {
         return None;
@@ -100,8 +122,9 @@ pub(crate) fn register(ptr: *mut u8, len: usize, writable: bool) -> Option<Guard
             .is_ok()
         {
             r.writable.store(writable, Ordering::Relaxed);
-            r.faulted.store(false, Ordering::Relaxed);
-            // Release: publishes `start`, `writable` and `faulted` before
+            r.fd.store(fd, Ordering::Relaxed);
+            r.faulted.store(0, Ordering::Relaxed);
+            // Release: publishes `start`, `writable`, `fd` and `faulted` before
             // the length that makes the entry match; pairs with the Acquire
             // load of `len` in the handler.
             r.len.store(len, Ordering::Release);
@@ -112,14 +135,26 @@ pub(crate) fn register(ptr: *mut u8, len: usize, writable: bool) -> Option<Guard
 }
 
 impl Guard {
-    /// Whether a page of this mapping was replaced because its file had
-    /// shrunk under it. Once set, it stays set for the mapping's lifetime.
+    /// Whether a page of this mapping was replaced because the file could
+    /// not back it (it had shrunk, or had no space for it). Once set, it
+    /// stays set for the mapping's lifetime.
     #[inline]
     pub(crate) fn faulted(&self) -> bool {
         // Relaxed: a flag read on its own. When the fault happened in this
-        // thread, program order makes it visible; a fault in another thread
-        // is seen at the latest by the next check.
-        TABLE[self.index].faulted.load(Ordering::Relaxed)
+        // thread, program order makes it visible (the handler ran in this
+        // thread, between two of its instructions); a fault in another
+        // thread is seen at the latest by the next check.
+        TABLE[self.index].faulted.load(Ordering::Relaxed) != 0
+    }
+
+    /// Why the first page of this mapping was replaced, if one was.
+    pub(crate) fn fault(&self) -> Option<Fault> {
+        // Relaxed: as in `faulted`; the value is written once.
+        match TABLE[self.index].faulted.load(Ordering::Relaxed) {
+            0 => None,
+            1 => Some(Fault::Shrunk),
+            _ => Some(Fault::NoSpace),
+        }
     }
 }
 
@@ -221,14 +256,49 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
                 )
             };
             if p != libc::MAP_FAILED {
-                // Relaxed: see `Guard::faulted`.
-                r.faulted.store(true, Ordering::Relaxed);
+                // Relaxed: `fd` was published with `len`, whose Acquire
+                // load above pairs with the Release store in `register`.
+                let cause = cause(r.fd.load(Ordering::Relaxed), at - start);
+                // Relaxed: see `Guard::faulted`. Only the first cause is
+                // kept (a failed exchange means one is there already).
+                let _ = r.faulted.compare_exchange(
+                    0,
+                    cause as u8,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
                 return;
             }
             break;
         }
     }
     chain(sig, info, ctx);
+}
+
+/// Why the page at byte `offset` of a mapping of the file `fd` (mapped
+/// from offset 0) faulted: the file ends at or before it (it shrank), or it
+/// still covers it, so the kernel could not provide the page (a sparse
+/// file on a full file system). Async-signal-safe: one `fstat`. A file that
+/// cannot be asked counts as shrunk, the cause edgemark reported before it
+/// could tell them apart.
+fn cause(fd: i32, offset: usize) -> Fault {
+    if fd < 0 {
+        return Fault::Shrunk;
+    }
+    // SAFETY: `stat` is plain old data; all-zero is a valid value that the
+    // system call overwrites.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is the open descriptor registered with the mapping (its
+    // owner keeps it open while the entry is registered); `st` is a valid,
+    // owned buffer. `fstat` is async-signal-safe.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Fault::Shrunk;
+    }
+    if st.st_size > 0 && (st.st_size as u64) > offset as u64 {
+        Fault::NoSpace
+    } else {
+        Fault::Shrunk
+    }
 }
 
 /// Passes a fault that is not ours to the handler installed before ours, or
@@ -278,6 +348,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::fd::AsRawFd;
 
     /// A file shrunk under a guarded mapping: reads past the new end see
     /// zeros, writes land nowhere, and the guard reports the fault.
@@ -293,7 +364,8 @@ mod tests {
             .unwrap();
         f.write_all(&[7u8; 65536]).unwrap();
         let map = memmap2::MmapOptions::new().len(65536).map_raw(&f).unwrap();
-        let guard = register(map.as_mut_ptr(), map.len(), true).expect("a free entry");
+        let guard =
+            register(map.as_mut_ptr(), map.len(), true, f.as_raw_fd()).expect("a free entry");
         assert!(!guard.faulted());
         f.set_len(4096).unwrap();
         let p = map.as_mut_ptr();
@@ -308,6 +380,7 @@ mod tests {
         assert_eq!(before, 0, "a replaced page reads as zeros");
         assert_eq!(after, 42, "and takes writes, which reach no file");
         assert!(guard.faulted());
+        assert_eq!(guard.fault(), Some(Fault::Shrunk));
         // The part the file still covers is still the file.
         // SAFETY: inside the mapping and the file.
         assert_eq!(unsafe { std::ptr::read_volatile(p) }, 7);
@@ -320,19 +393,19 @@ mod tests {
         let mut v = vec![0u8; 8192];
         let p = v.as_mut_ptr();
         for _ in 0..RANGES * 2 {
-            let g = register(p, 8192, true).expect("entries are reused after drop");
+            let g = register(p, 8192, true, -1).expect("entries are reused after drop");
             drop(g);
         }
         // Other tests of this binary may hold a few entries meanwhile.
         let held: Vec<Guard> = (0..RANGES)
-            .filter_map(|_| register(p, 8192, true))
+            .filter_map(|_| register(p, 8192, true, -1))
             .collect();
         assert!(held.len() > RANGES / 2);
         assert!(
-            register(p, 8192, true).is_none(),
+            register(p, 8192, true, -1).is_none(),
             "a full table guards nothing"
         );
         drop(held);
-        assert!(register(p, 8192, true).is_some());
+        assert!(register(p, 8192, true, -1).is_some());
     }
 }

@@ -85,7 +85,9 @@ pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
 pub use recorder::{AttachOptions, Recorder, RegionBuilder};
 pub use region::{AttachError, CreateError};
-pub use report::{Counters, EdgeHistogram, Histogram, Owner, ReclaimReport, RegionInfo};
+pub use report::{
+    Counters, EdgeHistogram, Histogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
+};
 pub use schema::{
     DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,
     MAX_EVENTS, MAX_NAME_LEN,

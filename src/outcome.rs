@@ -53,7 +53,8 @@ pub enum Outcome {
     /// The event is not in the region's schema.
     UnknownEvent,
     /// The clock-domain name cannot name a domain: empty or blank, longer
-    /// than 32 bytes, or with a control character. (Any valid name is
+    /// than 32 bytes, or with a control or invisible format character such
+    /// as a bidirectional control. (Any valid name is
     /// registered on first use; see [`Outcome::DomainTableFull`].)
     UnknownDomain,
     /// The token belongs to another region.
@@ -75,11 +76,18 @@ pub enum Outcome {
     /// can look at the region but not write it. Not counted (counting would
     /// be a write).
     ReadOnly,
+    /// This process's mapping of the region lost a page: the file was
+    /// truncated under it, or a sparse region's file system had no space
+    /// for a page ([`Recorder::check`](crate::Recorder::check) says which).
+    /// `begin`, `start_segment` and `close` refuse from then on, since
+    /// what they would write may reach no other process; attach the region
+    /// again. Not counted (the counter may be on a lost page too).
+    Faulted,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 21] = [
+    pub const ALL: [Outcome; 22] = [
         Outcome::Recorded,
         Outcome::Started,
         Outcome::Duplicate,
@@ -101,6 +109,7 @@ impl Outcome {
         Outcome::Disabled,
         Outcome::DomainTableFull,
         Outcome::ReadOnly,
+        Outcome::Faulted,
     ];
 
     /// The outcome with this [`Outcome::name`].
@@ -164,6 +173,7 @@ impl Outcome {
             Outcome::Disabled => "disabled",
             Outcome::DomainTableFull => "domain_table_full",
             Outcome::ReadOnly => "read_only",
+            Outcome::Faulted => "faulted",
         }
     }
 

@@ -49,6 +49,50 @@ pub struct RegionInfo {
     pub creator_pid: u64,
     /// Whether the file's group may use it.
     pub group_access: bool,
+    /// Whether a process from another pid namespace than the creator's has
+    /// attached the region for writing (a header flag, set by that attach
+    /// and never cleared): from then on no process judges pids in it.
+    pub mixed_pid_namespaces: bool,
+    /// Why this process does not judge the pids in the region (so its
+    /// reclaims free nothing and its closes never take a lock over), or
+    /// `None` when it does.
+    pub pids_unjudged: Option<PidsUnjudged>,
+}
+
+/// Why a process does not judge the pids found in a region: a pid means
+/// different processes in different pid namespaces, so it frees no slot
+/// and takes over no lock on their account (`docs/limitations.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PidsUnjudged {
+    /// This process is in another pid namespace than the region's creator.
+    OtherNamespace,
+    /// A process from another pid namespace than the creator's attached the
+    /// region for writing ([`RegionInfo::mixed_pid_namespaces`]).
+    MixedNamespaces,
+}
+
+impl PidsUnjudged {
+    /// A stable snake-case name, for JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PidsUnjudged::OtherNamespace => "other_pid_namespace",
+            PidsUnjudged::MixedNamespaces => "mixed_pid_namespaces",
+        }
+    }
+}
+
+impl std::fmt::Display for PidsUnjudged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PidsUnjudged::OtherNamespace => {
+                "this process is in another pid namespace than the region's creator"
+            }
+            PidsUnjudged::MixedNamespaces => {
+                "a process from another pid namespace attached the region for writing (a flag that is never cleared)"
+            }
+        })
+    }
 }
 
 /// The identity of a process that began a request: its pid and its start
@@ -70,6 +114,10 @@ pub struct ReclaimReport {
     /// Slots left locked by a process that died inside begin, start segment
     /// or close.
     pub dead_holders: u32,
+    /// Set when the reclaim judged no pid and freed nothing, and why
+    /// ([`Recorder::reclaim_dead_owners_in_this_namespace`](crate::Recorder::reclaim_dead_owners_in_this_namespace)
+    /// judges them anyway).
+    pub unjudged: Option<PidsUnjudged>,
 }
 
 impl ReclaimReport {

@@ -128,7 +128,9 @@ pub struct Schema {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SchemaError {
     /// A name is empty or blank, longer than [`MAX_NAME_LEN`] bytes, or
-    /// contains a control character (NUL, newline, escape, ...).
+    /// contains a control character (NUL, newline, escape, ...) or an
+    /// invisible format character (a bidirectional control, a zero-width
+    /// space, ...).
     BadName(String),
     /// The name is declared twice.
     Duplicate(String),
@@ -150,7 +152,7 @@ impl fmt::Display for SchemaError {
             SchemaError::BadName(n) => write!(
                 f,
                 "bad name {n:?}: names are 1 to {MAX_NAME_LEN} bytes of UTF-8, not blank, \
-                 without control characters"
+                 without control or invisible format characters (such as bidirectional controls)"
             ),
             SchemaError::Duplicate(n) => write!(f, "name {n:?} is declared twice"),
             SchemaError::TooManyEvents => {
@@ -169,10 +171,46 @@ impl fmt::Display for SchemaError {
 impl std::error::Error for SchemaError {}
 
 /// Whether `name` can name an event or clock domain: 1 to
-/// [`MAX_NAME_LEN`] bytes, not only white space, no control character.
-/// Allocates nothing (the record path calls it).
+/// [`MAX_NAME_LEN`] bytes, not only white space, no control character and
+/// no invisible format character ([`is_format`]). Allocates nothing (the
+/// record path calls it).
 pub(crate) fn valid_name(name: &str) -> bool {
-    !name.trim().is_empty() && name.len() <= MAX_NAME_LEN && !name.chars().any(char::is_control)
+    !name.trim().is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.chars().any(|c| c.is_control() || is_format(c))
+}
+
+/// Whether `c` is a Unicode format character (general category `Cf`) or a
+/// line or paragraph separator: invisible characters that change how the
+/// text around them is shown. The bidirectional controls (U+202A..U+202E,
+/// U+2066..U+2069, the marks U+200E, U+200F, U+061C) can make a name read
+/// as another in a terminal or a page (`\u{202e}evil` shows as `live`);
+/// zero-width ones make two names that look alike differ.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061c}'
+            | '\u{06dd}'
+            | '\u{070f}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08e2}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{110bd}'
+            | '\u{110cd}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0001}'
+            | '\u{e0020}'..='\u{e007f}'
+    )
 }
 
 fn check_name(name: &str) -> Result<(), SchemaError> {

@@ -26,6 +26,12 @@ pub enum RequestState {
     /// live process held it for the whole bounded wait (about a second).
     /// The request is still open; close it again. The snapshot is empty.
     Busy,
+    /// `close` refused: this process's mapping of the region lost a page
+    /// (see [`Outcome::Faulted`](crate::Outcome::Faulted)), so it cannot
+    /// vouch for what it would read or seal. The request is left as it is
+    /// in the file; a process that attaches again can close it. The
+    /// snapshot is empty.
+    Faulted,
 }
 
 /// One recorded value: elapsed time from the request's origin in a clock

@@ -292,3 +292,137 @@ fn a_region_shared_across_pid_namespaces_judges_no_pid() {
     let r = rec.reclaim_where(|_| true, |_| true).unwrap();
     assert_eq!(r.freed(), 2);
 }
+
+/// Runs the `edgemark` command; gives its exit status and standard output.
+fn edgemark(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = std::process::Command::new(common::edgemark_bin())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// `edgemark ARGS...` in a new pid namespace (`unshare --pid --fork
+/// --mount-proc`), as a process of a container would run it.
+fn edgemark_in_another_pid_namespace(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(common::edgemark_bin())
+        .args(args)
+        .output()
+        .expect("util-linux's unshare");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn pid_namespaces(path: &Path) -> serde_json::Value {
+    let (ok, out) = edgemark(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["pid_namespaces"].clone()
+}
+
+#[test]
+fn inspect_shows_and_reclaim_explains_a_region_shared_across_pid_namespaces() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a new pid namespace needs root (CI runs as root)");
+        return;
+    }
+    let (_d, path, rec) = region(4);
+    let p = path.as_os_str();
+    let mut doomed = Worker::spawn(&path);
+    let lost = begin_in(&mut doomed);
+    drop(doomed);
+    let judged = serde_json::json!({"mixed": false, "pids_judged": true, "why_not_judged": null});
+    assert_eq!(pid_namespaces(&path), judged);
+    // A viewer from another pid namespace only looks: it marks nothing.
+    let t = rec.begin().unwrap().to_string();
+    let (ok, out) = edgemark_in_another_pid_namespace(&["snapshot".as_ref(), p, t.as_ref()]);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "{}");
+    assert_eq!(pid_namespaces(&path), judged);
+    assert_eq!(rec.info().unwrap().pids_unjudged, None);
+    // A writer from another one turns pid judgement off for everyone, and
+    // says so in inspect, text and JSON.
+    let (ok, out) = edgemark_in_another_pid_namespace(&["begin".as_ref(), p]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        pid_namespaces(&path),
+        serde_json::json!({
+            "mixed": true,
+            "pids_judged": false,
+            "why_not_judged": "mixed_pid_namespaces"
+        })
+    );
+    let info = rec.info().unwrap();
+    assert!(info.mixed_pid_namespaces);
+    assert_eq!(
+        info.pids_unjudged,
+        Some(edgemark::PidsUnjudged::MixedNamespaces)
+    );
+    let (ok, out) = edgemark(&["inspect".as_ref(), p]);
+    assert!(ok, "{out}");
+    let line = out.lines().find(|l| l.starts_with("pids ")).unwrap();
+    assert!(
+        line.contains("NOT judged") && line.contains("--judge-pids"),
+        "{line}"
+    );
+    // reclaim frees nothing, says why and which option frees them.
+    let (ok, out) = edgemark(&["reclaim".as_ref(), p]);
+    assert!(ok, "{out}");
+    assert!(
+        out.starts_with("freed 0 slots: pids are not judged in this region: a process from another pid namespace attached"),
+        "{out}"
+    );
+    assert!(out.contains("--judge-pids"), "{out}");
+    assert_eq!(rec.snapshot(lost).state(), RequestState::Open);
+    let r = rec.reclaim_dead_owners().unwrap();
+    assert_eq!(r.freed(), 0);
+    assert_eq!(r.unjudged, Some(edgemark::PidsUnjudged::MixedNamespaces));
+    let (ok, out) = edgemark(&["reclaim".as_ref(), "--judge-pids".as_ref(), p]);
+    assert!(ok, "{out}");
+    assert!(out.starts_with("freed "), "{out}");
+    assert_eq!(rec.snapshot(lost).state(), RequestState::Gone);
+}
+
+#[test]
+fn reclaim_removes_an_abandoned_region_and_keeps_one_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("left.region");
+    let p = path.as_os_str();
+    // Created by a process that has exited, as a killed orchestrator's
+    // default region is.
+    let (ok, out) = edgemark(&["create".as_ref(), p, "--edge".as_ref(), "0:1".as_ref()]);
+    assert!(ok, "{out}");
+    let mut worker = Worker::spawn(&path);
+    let _t = begin_in(&mut worker);
+    let remove = |p| edgemark(&["reclaim".as_ref(), "--remove-if-abandoned".as_ref(), p]);
+    let (ok, out) = remove(p);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("kept") && out.contains("1 requests of live owners"),
+        "{out}"
+    );
+    assert!(path.exists());
+    drop(worker);
+    let (ok, out) = remove(p);
+    assert!(ok, "{out}");
+    assert!(out.starts_with("freed 1 slots"), "{out}");
+    assert!(out.contains("removed"), "{out}");
+    assert!(!path.exists());
+    // A region whose creator runs (this process) is kept.
+    let (_d, mine, _rec) = region(4);
+    let (ok, out) = remove(mine.as_os_str());
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("its creator (pid") && out.contains("is running"),
+        "{out}"
+    );
+    assert!(mine.exists());
+}

@@ -578,6 +578,54 @@ fn bad_creation_arguments_are_errors() {
     }
 }
 
+/// A name that reads as another (a bidirectional override turns
+/// `\u{202e}evil` into "live" on screen) or hides characters is refused
+/// where control characters are: at creation, and when a record would
+/// register it; the error shows it escaped.
+#[test]
+fn names_with_bidi_controls_or_invisible_format_characters_are_refused() {
+    for bad in [
+        "\u{202e}evil",
+        "gpu\u{2066}",
+        "a\u{200f}b",
+        "zero\u{200b}width",
+        "bom\u{feff}",
+        "tag\u{e0041}",
+        "line\u{2028}break",
+    ] {
+        let e = Recorder::builder()
+            .edge(0, 1)
+            .domain(bad)
+            .create_in_memory()
+            .unwrap_err();
+        assert!(
+            matches!(&e, CreateError::Schema(edgemark::SchemaError::BadName(n)) if n == bad),
+            "{bad:?}: {e}"
+        );
+        let text = e.to_string();
+        assert!(text.is_ascii(), "the name is shown escaped: {text}");
+        let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+        let t = rec.begin().unwrap();
+        let emit = Mark::new(E01, ProducerFirstNonemptyEmit);
+        assert_eq!(
+            rec.record_elapsed(t, emit, 1.0, bad),
+            Outcome::UnknownDomain
+        );
+        assert_eq!(rec.register_domain(bad), Err(Outcome::UnknownDomain));
+    }
+    // Visible non-ASCII names stay valid.
+    for good in ["gpu-été", "設備", "ﬁ"] {
+        assert!(
+            Recorder::builder()
+                .edge(0, 1)
+                .domain(good)
+                .create_in_memory()
+                .is_ok(),
+            "{good:?}"
+        );
+    }
+}
+
 #[test]
 fn attach_refuses_files_that_are_not_regions_with_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -828,7 +876,8 @@ fn closed_requests_reach_the_histograms_exactly_once() {
     );
 }
 
-/// A sweep of a sparse region reads only the slots that were ever written:
+/// A sweep of a sparse region (an opt-in; regions reserve their space by
+/// default) reads only the slots that were ever written:
 /// the untouched part of the file stays a hole, so an `inspect` of a large,
 /// mostly empty region does not commit its size in memory.
 #[test]
@@ -839,6 +888,7 @@ fn sweeps_of_a_sparse_region_leave_its_holes_alone() {
     let owner = Recorder::builder()
         .edge(0, 1)
         .slots(1 << 20)
+        .sparse(true)
         .create(&p)
         .unwrap();
     let bytes = owner.info().unwrap().bytes;

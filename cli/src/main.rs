@@ -137,9 +137,25 @@ enum Command {
     },
     /// Free the slots of dead owners (and of control operations whose
     /// process died), and say how many.
+    ///
+    /// A region that a process from another pid namespace attached for
+    /// writing judges no pid (`inspect` shows it): this frees nothing then
+    /// and says why, unless --judge-pids.
     Reclaim {
         /// The region file.
         path: PathBuf,
+        /// Judge every owner as a process of this pid namespace even when
+        /// the region is shared across pid namespaces. Give it only when
+        /// the processes of other namespaces that attached are gone: a live
+        /// owner there whose pid names no process here loses its request.
+        #[arg(long)]
+        judge_pids: bool,
+        /// Then remove the region file if its creator has exited and no
+        /// request is left open (a region left behind by a process that was
+        /// killed, such as `edgemark.stream_edge`'s default region).
+        /// Processes that still map it keep their mapping.
+        #[arg(long)]
+        remove_if_abandoned: bool,
         #[command(flatten)]
         trust: Trust,
     },
@@ -370,24 +386,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
             trust,
         } => crate::views::top::run(attach_for_reading(&path, trust)?, &path, interval)?,
         Command::Report { snapshots, html } => crate::views::html::write_report(&snapshots, &html)?,
-        Command::Reclaim { path, trust } => {
+        Command::Reclaim {
+            path,
+            judge_pids,
+            remove_if_abandoned,
+            trust,
+        } => {
             let rec = attach_for_reclaim(&path, trust)?;
-            let r = rec
-                .reclaim_dead_owners()
-                .context("the region changed under this process")?;
-            println!(
-                "freed {} slots ({} of dead owners, {} left locked by dead processes)",
-                r.freed(),
-                r.dead_owners,
-                r.dead_holders
-            );
+            let r = if judge_pids {
+                rec.reclaim_dead_owners_in_this_namespace()
+            } else {
+                rec.reclaim_dead_owners()
+            }
+            .context("the region changed under this process")?;
+            match r.unjudged {
+                Some(why) => println!(
+                    "freed 0 slots: pids are not judged in this region: {why}; \
+                     pass --judge-pids to judge them as processes of this pid namespace"
+                ),
+                None => println!(
+                    "freed {} slots ({} of dead owners, {} left locked by dead processes)",
+                    r.freed(),
+                    r.dead_owners,
+                    r.dead_holders
+                ),
+            }
+            if remove_if_abandoned {
+                remove_if_abandoned_region(&rec, &path)?;
+            }
         }
         Command::Begin { path, trust } => op(&path, trust, Op::Begin)?,
         Command::Record { path, args, trust } => op(&path, trust, Op::Record(args))?,
         Command::StartSegment { path, args, trust } => {
             op(&path, trust, Op::StartSegment(args))?;
         }
-        Command::Snapshot { path, args, trust } => op(&path, trust, Op::Snapshot(args))?,
+        Command::Snapshot { path, args, trust } => {
+            // Looking only: a read-only attach needs read permission alone
+            // and, from another pid namespace, marks nothing in the region.
+            let rec = attach_for_reading(&path, trust)?;
+            println!("{}", ops::run(&rec, Op::Snapshot(args), false)?);
+        }
         Command::Close { path, args, trust } => op(&path, trust, Op::Close(args))?,
         Command::Batch { path, trust } => {
             let rec = attach(&path, trust)?;
@@ -428,6 +466,48 @@ fn attach_for_reclaim(path: &Path, trust: Trust) -> Result<Recorder> {
         .map_err(|e| named(path, e))
 }
 
+/// `reclaim --remove-if-abandoned`: removes the region file when its
+/// creator is gone and nothing is open, and says what it did.
+fn remove_if_abandoned_region(rec: &Recorder, path: &Path) -> Result<()> {
+    let open = rec
+        .open_requests()
+        .context("the region changed under this process")?
+        .len();
+    match rec.creator_alive() {
+        None => println!(
+            "kept {}: whether its creator runs cannot be judged from this pid namespace",
+            path.display()
+        ),
+        Some(true) => println!(
+            "kept {}: its creator (pid {}) is running",
+            path.display(),
+            rec.info().map_or(0, |i| i.creator_pid)
+        ),
+        Some(false) if open > 0 => println!(
+            "kept {}: its creator has exited but {open} requests of live owners are open",
+            path.display()
+        ),
+        Some(false) => {
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+            println!(
+                "removed {}: its creator has exited and no request is open",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The pid-namespace lines of `inspect`: whether pids are judged, and why
+/// not.
+fn pids_text(info: &edgemark::RegionInfo) -> String {
+    match info.pids_unjudged {
+        None => "judged (reclaim frees dead owners)".to_owned(),
+        Some(why) => format!("NOT judged: {why}; reclaim frees nothing unless --judge-pids"),
+    }
+}
+
 fn inspect(rec: &Recorder, json: bool) -> Result<()> {
     rec.check()
         .context("the region changed under this process")?;
@@ -460,6 +540,11 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             "created_unix_ns": info.created_unix_ns,
             "creator_pid": info.creator_pid,
             "group_access": info.group_access,
+            "pid_namespaces": {
+                "mixed": info.mixed_pid_namespaces,
+                "pids_judged": info.pids_unjudged.is_none(),
+                "why_not_judged": info.pids_unjudged.map(|w| w.name()),
+            },
             "refused": counters.refused.iter().map(|(o, n)| (o.name().to_owned(), serde_json::Value::from(*n))).collect::<serde_json::Map<String, serde_json::Value>>(),
             "dropped_segments": counters.dropped_segments,
             "open_requests": open.len(),
@@ -501,6 +586,7 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
         }
     );
     println!("creator    pid {}", info.creator_pid);
+    println!("pids       {}", pids_text(&info));
     println!(
         "occupancy  {} open, {} free",
         open.len(),

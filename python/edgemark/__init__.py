@@ -45,6 +45,7 @@ from ._edgemark import (
     OUTCOME_NAMES,
     Handle,
     Region,
+    RegionNoSpaceError,
     RegionShrunkError,
     Token,
     __version__,
@@ -58,6 +59,7 @@ __all__ = [
     "Handle",
     "Outcome",
     "Region",
+    "RegionNoSpaceError",
     "RegionShrunkError",
     "Token",
     "TokenLike",
@@ -158,7 +160,8 @@ class Outcome(str, enum.Enum):
     #: The event is not in the region's schema.
     UNKNOWN_EVENT = "unknown_event"
     #: The clock-domain name cannot name a domain (empty or blank, over 32
-    #: bytes, or with a control character); any other name is registered on
+    #: bytes, or with a control or invisible format character such as a
+    #: bidirectional control); any other name is registered on
     #: first use.
     UNKNOWN_DOMAIN = "unknown_domain"
     #: The token belongs to another region.
@@ -176,6 +179,10 @@ class Outcome(str, enum.Enum):
     DOMAIN_TABLE_FULL = "domain_table_full"
     #: The region was attached read-only: this handle does not write it.
     READ_ONLY = "read_only"
+    #: This process's mapping of the region lost a page (the file was
+    #: truncated under it, or a sparse region's file system was full):
+    #: ``begin``, ``start_segment`` and ``close`` refuse; attach again.
+    FAULTED = "faulted"
 
     @property
     def is_success(self) -> bool:
@@ -189,9 +196,10 @@ class Outcome(str, enum.Enum):
         return format(self.value, spec)
 
 
-#: What the recording calls accept as a token: a ``Token``, its text, bytes or
-#: integer, or ``None`` (the request runs unrecorded).
-TokenLike = Union[Token, str, bytes, int, None]
+#: What the recording calls accept as a token: a ``Token``, its text, bytes
+#: (``bytes``, ``bytearray`` or ``memoryview``) or integer, or ``None`` (the
+#: request runs unrecorded).
+TokenLike = Union[Token, str, bytes, bytearray, memoryview, int, None]
 #: What the recording calls accept as an event: an ``Event`` or its name.
 EventLike = Union[Event, str]
 

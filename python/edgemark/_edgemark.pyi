@@ -6,9 +6,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, 
 
 from . import Event
 
-_TokenLike = Union["Token", str, bytes, int, None]
+_TokenLike = Union["Token", str, bytes, bytearray, memoryview, int, None]
 _EventLike = Union[Event, str, int]
-_Path = Union[str, "os.PathLike[str]"]
+#: A path: ``str``, ``bytes`` (``os.fsencode``) or a path-like of either.
+_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+_Bytes = Union[bytes, bytearray, memoryview]
 #: A snapshot: ``"from->to:segment"`` to the edge segment's object.
 _Snapshot = Dict[str, Dict[str, Any]]
 
@@ -46,13 +48,13 @@ class Token:
     pickles; compares and hashes by value.
     """
 
-    def __new__(cls, value: Union["Token", str, bytes, int]) -> "Token":
+    def __new__(cls, value: Union["Token", str, _Bytes, int]) -> "Token":
         """A token from any of its forms; ``ValueError`` if ``value`` is none."""
     @staticmethod
     def parse(s: str) -> "Token":
         """The token written as ``str(token)``; ``ValueError`` otherwise."""
     @staticmethod
-    def from_bytes(b: bytes) -> "Token":
+    def from_bytes(b: _Bytes) -> "Token":
         """The token written as ``bytes(token)``; ``ValueError`` otherwise."""
     @staticmethod
     def from_int(v: int) -> "Token":
@@ -87,6 +89,10 @@ class Handle:
 class RegionShrunkError(OSError):
     """A sweep met a region file truncated under this process."""
 
+class RegionNoSpaceError(OSError):
+    """A sweep met a page of a sparse region that its full file system could
+    not provide when this process wrote it (not a truncation)."""
+
 class Region:
     """A handle on a region of once-only first-event timestamps.
 
@@ -103,9 +109,14 @@ class Region:
         domains: Sequence[str] = (),
         group_access: bool = False,
         clock: str = "monotonic",
+        sparse: bool = False,
     ) -> "Region":
-        """Creates a new region file at ``path`` (never over an existing file);
-        ``clock="counter"`` asks for the time-stamp-counter shared clock."""
+        """Creates a new region file at ``path`` (never over an existing file)
+        and reserves its space (``OSError`` ``ENOSPC`` naming the size and
+        the file system when it does not fit; ``sparse=True`` skips the
+        reservation); ``clock="counter"`` asks for the time-stamp-counter
+        shared clock. ``domains`` is a sequence of names (``TypeError`` for
+        one ``str``)."""
     @staticmethod
     def in_memory(
         edges: Optional[Iterable[Tuple[int, int]]] = ...,  # [(0, 1), (1, 2)]
@@ -126,7 +137,8 @@ class Region:
     def disabled() -> "Region":
         """A region that records nothing (collection off by default)."""
     def begin(self) -> Optional[Token]:
-        """Begins a request; ``None`` when the region is full or disabled."""
+        """Begins a request; ``None`` when the region is full or disabled, or
+        this process's mapping lost a page (outcome ``faulted``)."""
     def record(
         self,
         token: _TokenLike,
@@ -139,7 +151,12 @@ class Region:
         elapsed_ms: Optional[float] = None,
         clock_domain: Optional[str] = None,
     ) -> bool:
-        """Records the first ``event``; ``True`` only if this call recorded it."""
+        """Records the first ``event``; ``True`` only if this call recorded it.
+
+        A negative stage, segment or chunk sequence raises ``ValueError``;
+        one of ``2**32`` or more (``2**64`` for ``chunk_seq``) is a refusal:
+        ``False``, outcome ``unknown_edge`` for a stage, ``out_of_range``
+        for a segment or chunk sequence."""
     def record_outcome(
         self,
         token: _TokenLike,
@@ -178,7 +195,8 @@ class Region:
     def close(self, token: _TokenLike) -> Optional[_Snapshot]:
         """Closes the request (idempotent) and returns its final snapshot;
         ``None`` if another control operation held it for about a second
-        (the request is still open: close it again)."""
+        (the request is still open: close it again), or if this process's
+        mapping lost a page (nothing changed; attach again to close it)."""
     def close_json(self, token: _TokenLike) -> Optional[str]:
         """``close`` returning the final snapshot as JSON text."""
     def is_open(self, token: _TokenLike) -> bool:
@@ -188,7 +206,8 @@ class Region:
     def snapshot_open(self) -> List[Tuple[Token, _Snapshot]]:
         """Snapshots of every open request (a sweep, without the GIL)."""
     def reclaim_dead_owners(self) -> Dict[str, int]:
-        """Frees the slots of dead processes: ``{"dead_owners", "dead_holders"}``."""
+        """Frees the slots of dead processes: ``{"dead_owners", "dead_holders",
+        "unjudged"}`` (``unjudged``: why no pid was judged, or ``None``)."""
     def counters(self) -> Dict[str, Any]:
         """Refused records by outcome, dropped segments, closed and reclaimed requests."""
     def info(self) -> Optional[Dict[str, Any]]:
@@ -196,7 +215,8 @@ class Region:
     @property
     def enabled(self) -> bool: ...
     @property
-    def path(self) -> Optional[str]: ...
+    def path(self) -> Optional[str]:
+        """The path as ``os.fsdecode`` gives it (round-trips non-UTF-8 paths)."""
     @property
     def edges(self) -> List[Tuple[int, int]]: ...
     @property

@@ -25,8 +25,11 @@ differs from upstream, and why: docs/vllm-omni.md.
 ``RequestStreamEdgeEvents()`` records into a process-wide default region:
 the region file named by the environment variable ``EDGEMARK_REGION`` if
 set, else one this process creates on first use under
-``edgemark.default_dir()`` (owner-only, removed at exit) with every directed
-edge among stages ``0..DEFAULT_STAGES-1``. ``RequestStreamEdgeEvents(region=r)``
+``edgemark.default_dir()`` (owner-only) with every directed edge among
+stages ``0..DEFAULT_STAGES-1``. That file is removed when this process
+exits normally; a process that is killed leaves it behind, and
+``edgemark reclaim --remove-if-abandoned PATH`` removes it once its creator
+is gone (docs/vllm-omni.md). ``RequestStreamEdgeEvents(region=r)``
 records into ``r``.
 """
 
@@ -325,11 +328,24 @@ class RequestStreamEdgeEvents:
             )
         token = self._token
         # Segment 0 is every edge's first segment in the region; a newer one
-        # is started there, once. A stage, segment or edge the region cannot
-        # hold leaves the handle to record nothing (its records say False).
-        if token is not None and seg > (current or 0) and max(key.from_stage, key.to_stage, seg) < _U32:
-            self._region.start_segment(token, key.from_stage, key.to_stage, seg)
-        self._segments[edge] = seg
+        # is started there, once. The edge's current segment here follows
+        # the region's: a segment the region did not start (a stage or
+        # segment beyond what it holds, an undeclared edge, a closed request
+        # or a region this process can no longer write) retires nothing,
+        # and its handle records nothing (its records say False).
+        if seg > (current or 0):
+            if token is None:
+                # Unrecorded: nothing to keep consistent with.
+                self._segments[edge] = seg
+            elif max(key.from_stage, key.to_stage, seg) < _U32 and self._region.start_segment(
+                token, key.from_stage, key.to_stage, seg
+            ):
+                self._segments[edge] = seg
+            else:
+                _log.debug("edgemark: segment %s was not started; its handle records nothing", key)
+                return StreamEdgeRecorder(None, None, key)
+        else:
+            self._segments[edge] = seg
         return StreamEdgeRecorder(self._region, token, key)
 
     def snapshot(self) -> Dict[str, StreamEdgeSnapshot]:

@@ -20,7 +20,8 @@ through ``edgemark.stream_edge``.
   it and the final snapshot lands under ``metrics["stream_edge_metrics"]``.
 
 Every record reads the region's shared clock (no ``elapsed_ms``): all stages
-are on one host.
+are on one host, so each edge's four events are in causal order on one
+clock: emit, send complete, accept, output.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ STAGES = ("thinker", "talker", "code2wav")
 EDGES = (StreamEdgeKey(0, 1), StreamEdgeKey(1, 2))
 #: Chunks the thinker streams per request (after one metadata-only chunk).
 CHUNKS = 4
+#: The marker a connector's send side writes after a frame to commit it.
+COMMIT = b"commit"
 
 
 # ---------------------------------------------------------------------------
@@ -92,15 +95,24 @@ class Stage:
             except EOFError:
                 self.work.put(("upstream_done",))
                 return
+            # A frame is admitted only once its sender committed it (the
+            # commit marker that follows it), as a connector's receiver
+            # takes a payload only after the put that wrote it completed.
+            if self.conn_in.recv_bytes() != COMMIT:
+                raise RuntimeError("a frame without its commit")
             request_id, seq, payload, final = json.loads(frame)
-            self.work.put(("chunk", request_id, seq, payload, final))
+            # Decoded and admitted: recorded before the engine loop can see
+            # it, so the accept comes before the consumer's output.
             self.handle(request_id, "in").record(
                 StreamEdgeEvent.CONSUMER_ACCEPT, meaningful=bool(payload)
             )
+            self.work.put(("chunk", request_id, seq, payload, final))
 
     def send_thread(self):
-        """The connector's send side: the put commits, then the first send
-        complete of the output edge is recorded."""
+        """The connector's send side: the put writes the frame, the first
+        send complete of the output edge is recorded, then the put commits
+        the frame, which the receiver waits for before it admits it. So the
+        send complete always comes before the consumer's accept."""
         while True:
             item = self.sendq.get()
             if item is None:
@@ -111,6 +123,7 @@ class Stage:
             self.handle(request_id, "out").record(
                 StreamEdgeEvent.SEND_COMPLETE, meaningful=bool(payload)
             )
+            self.conn_out.send_bytes(COMMIT)
 
     # -- the engine loop ------------------------------------------------------
 

@@ -3,6 +3,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+use edgemark::Outcome;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -102,9 +103,42 @@ pub(crate) fn known_event(event: &Bound<'_, PyAny>) -> Option<usize> {
         .or_else(|| small_int(event))
 }
 
-/// A stage number (`from_stage`, `to_stage`): a `u32` as PyO3 converts it,
-/// with its errors, read by address when it is a small int.
-pub(crate) struct Stage(pub(crate) u32);
+/// An int argument for one of the core's 32-bit fields: `Ok(v)` when it
+/// fits, `Err(too_large)` for an int of 2**32 or more (a value the field
+/// cannot hold: a refusal, as the core refuses values beyond its own
+/// limits); `ValueError` for a negative int and `TypeError` for anything
+/// that is not an int (argument errors).
+pub(crate) fn u32_field(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    too_large: Outcome,
+) -> PyResult<Result<u32, Outcome>> {
+    if let Some(i) = small_int(obj) {
+        // `SMALL` is far below `u32::MAX`.
+        return Ok(Ok(i as u32));
+    }
+    if let Ok(v) = obj.extract::<u32>() {
+        return Ok(Ok(v));
+    }
+    let i = obj.cast::<PyInt>().map_err(|_| {
+        let ty = obj
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        PyTypeError::new_err(format!("{what} is an int, not {ty}"))
+    })?;
+    if i.lt(0)? {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be non-negative, not {i}"
+        )));
+    }
+    Ok(Err(too_large))
+}
+
+/// A stage number (`from_stage`, `to_stage`), read by address when it is a
+/// small int. One of 2**32 or more is no stage of any edge a region can
+/// declare: `Err(unknown_edge)`, a refusal (see [`u32_field`]).
+pub(crate) struct Stage(pub(crate) Result<u32, Outcome>);
 
 impl<'py> FromPyObject<'_, 'py> for Stage {
     type Error = PyErr;
@@ -113,9 +147,22 @@ impl<'py> FromPyObject<'_, 'py> for Stage {
     fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Stage> {
         match small_int(&obj) {
             // `SMALL` is far below `u32::MAX`.
-            Some(i) => Ok(Stage(i as u32)),
-            None => obj.extract::<u32>().map(Stage),
+            Some(i) => Ok(Stage(Ok(i as u32))),
+            None => u32_field(&obj, "a stage number", Outcome::UnknownEdge).map(Stage),
         }
+    }
+}
+
+/// A segment index. One of 2**32 or more is beyond what a region holds:
+/// `Err(out_of_range)`, a refusal (see [`u32_field`]).
+pub(crate) struct Segment(pub(crate) Result<u32, Outcome>);
+
+impl<'py> FromPyObject<'_, 'py> for Segment {
+    type Error = PyErr;
+
+    #[inline(always)]
+    fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Segment> {
+        u32_field(&obj, "a segment index", Outcome::OutOfRange).map(Segment)
     }
 }
 
@@ -150,9 +197,32 @@ pub(crate) fn chunk_arg(c: Option<&Bound<'_, PyAny>>) -> PyResult<ChunkArg> {
     })
 }
 
-/// A region path: refuses a NUL byte with a `ValueError` that says so
-/// (the system call would only say "invalid argument").
-pub(crate) fn path_arg(path: PathBuf) -> PyResult<PathBuf> {
+/// A region path: a `str`, `bytes` (as `os.fsencode` gives) or an
+/// `os.PathLike` of either, through `os.fspath`. A `str` is encoded as
+/// `os.fsencode` does (surrogate escapes give back the bytes of a path
+/// that is not UTF-8), so any path the system can name round-trips.
+/// Refuses a NUL byte with a `ValueError` that says so (the system call
+/// would only say "invalid argument").
+pub(crate) fn path_arg(path: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
+    let py = path.py();
+    static FSPATH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let fspath = FSPATH.import(py, "os", "fspath")?;
+    let p = fspath.call1((path,)).map_err(|e| {
+        if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(format!(
+                "a region path is a str, bytes or os.PathLike, not {}",
+                path.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+            ))
+        } else {
+            e
+        }
+    })?;
+    let path = match p.cast::<pyo3::types::PyBytes>() {
+        Ok(b) => PathBuf::from(std::ffi::OsStr::from_bytes(b.as_bytes())),
+        Err(_) => PathBuf::from(p.extract::<std::ffi::OsString>()?),
+    };
     if path.as_os_str().as_bytes().contains(&0) {
         return Err(PyValueError::new_err(format!(
             "a region path cannot contain a NUL byte: {:?}",

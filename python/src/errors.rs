@@ -13,23 +13,33 @@ create_exception!(
     "The region file was truncated under this process after it was attached: a sweep stopped rather than return what it read from the lost pages. Attach the file again once it is whole."
 );
 
+create_exception!(
+    _edgemark,
+    RegionNoSpaceError,
+    PyOSError,
+    "A page of a sparse region could not be allocated when this process wrote it: its file system was full. What this process wrote to that page reached no other process, so a sweep stopped. Free space, then attach the file again (regions created without sparse=True reserve their space and cannot meet this)."
+);
+
 /// `OSError(errno, strerror, filename)`: Python picks the subclass
 /// (`FileNotFoundError`, `PermissionError`, ...) from the errno.
 fn os_error(e: &std::io::Error, msg: String, path: &Path) -> PyErr {
-    PyOSError::new_err((
-        e.raw_os_error().unwrap_or(0),
-        msg,
-        path.to_string_lossy().into_owned(),
-    ))
+    PyOSError::new_err((e.raw_os_error().unwrap_or(0), msg, path_text(path)))
+}
+
+/// A path as Python shows it: `os.fsdecode` of its bytes (non-UTF-8 bytes
+/// as surrogate escapes, so the text encodes back to the same path).
+fn path_text(path: &Path) -> std::ffi::OsString {
+    path.as_os_str().to_owned()
 }
 
 pub(crate) fn create_error(e: CreateError) -> PyErr {
     let msg = e.to_string();
     match &e {
-        CreateError::Exists(p) => {
-            PyFileExistsError::new_err((libc::EEXIST, msg, p.to_string_lossy().into_owned()))
-        }
+        CreateError::Exists(p) => PyFileExistsError::new_err((libc::EEXIST, msg, path_text(p))),
         CreateError::Io(p, io) => os_error(io, msg, p),
+        CreateError::NoSpace { path, .. } => {
+            PyOSError::new_err((libc::ENOSPC, msg, path_text(path)))
+        }
         _ => PyValueError::new_err(msg),
     }
 }
@@ -42,6 +52,7 @@ pub(crate) fn sweep_error(e: AttachError) -> PyErr {
         AttachError::Shrunk | AttachError::Length { .. } => {
             RegionShrunkError::new_err(e.to_string())
         }
+        AttachError::NoSpace => RegionNoSpaceError::new_err(e.to_string()),
         _ => attach_error(e),
     }
 }

@@ -12,8 +12,10 @@
 //! outcomes, never exceptions. Only programmer and configuration errors
 //! raise, and they raise where they are made: a bad path or file at
 //! `create`/`attach` (`OSError`, `ValueError`), an event name that is not in
-//! the region's schema (`ValueError`), an argument of the wrong type
-//! (`TypeError`, `OverflowError`, from PyO3's argument conversion).
+//! the region's schema (`ValueError`), a negative stage, segment or chunk
+//! sequence (`ValueError`), an argument of the wrong type (`TypeError`).
+//! An int too large for its field is a refusal, as the core's own limits
+//! are (`out_of_range`, or `unknown_edge` for a stage no edge can have).
 
 mod args;
 mod errors;
@@ -58,6 +60,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "RegionShrunkError",
         py.get_type::<errors::RegionShrunkError>(),
+    )?;
+    m.add(
+        "RegionNoSpaceError",
+        py.get_type::<errors::RegionNoSpaceError>(),
     )?;
     m.add_function(wrap_pyfunction!(default_dir, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;

@@ -1,7 +1,6 @@
 //! `Region`: a handle on a region, the binding of the core's [`Recorder`].
 
 use std::cell::Cell;
-use std::path::PathBuf;
 
 use edgemark::{
     AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, HOST_MONOTONIC,
@@ -11,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::args::{chunk_arg, known_event, path_arg, ChunkArg, Stage};
+use crate::args::{chunk_arg, known_event, path_arg, u32_field, ChunkArg, Segment, Stage};
 use crate::errors::{attach_error, create_error, sweep_error};
 use crate::handle::PyHandle;
 use crate::outcome::outcome_str;
@@ -196,17 +195,19 @@ impl PyRegion {
     fn do_start_segment(
         &self,
         token: &Bound<'_, PyAny>,
-        from_stage: u32,
-        to_stage: u32,
-        segment: u32,
+        from_stage: Stage,
+        to_stage: Stage,
+        segment: Segment,
     ) -> Outcome {
         if !self.rec.is_enabled() {
             return Outcome::Disabled;
         }
+        let (from, to, segment) = match (from_stage.0, to_stage.0, segment.0) {
+            (Ok(f), Ok(t), Ok(s)) => (f, t, s),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return why,
+        };
         match token_arg(token) {
-            Ok(t) => self
-                .rec
-                .start_segment(t, Edge::new(from_stage, to_stage), segment),
+            Ok(t) => self.rec.start_segment(t, Edge::new(from, to), segment),
             Err(why) => why,
         }
     }
@@ -223,6 +224,12 @@ impl PyRegion {
         let rec = &self.rec;
         Some(py.detach(|| rec.close(t)))
     }
+}
+
+/// Whether a close left the request as it was: busy, or refused on a
+/// mapping that lost a page.
+fn not_closed(s: &Snapshot) -> bool {
+    matches!(s.state(), RequestState::Busy | RequestState::Faulted)
 }
 
 /// The edges argument of `create`: pairs `(from, to)` (tuples or lists).
@@ -255,13 +262,52 @@ fn edge_list(edges: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Edge>> {
     Ok(out)
 }
 
+/// The domains argument of `create`: a sequence of names (not one name,
+/// which would otherwise be read as a sequence of characters or bytes).
+fn domain_list(domains: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+    let Some(domains) = domains.filter(|d| !d.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let type_error = || {
+        PyTypeError::new_err(format!(
+            "domains is a sequence of clock-domain names, such as [\"gpu\"], not {}",
+            domains
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        ))
+    };
+    // One name, as text or bytes, is no sequence of names.
+    if domains.cast::<PyString>().is_ok()
+        || domains.cast::<pyo3::types::PyBytes>().is_ok()
+        || domains.cast::<pyo3::types::PyByteArray>().is_ok()
+    {
+        return Err(type_error());
+    }
+    let mut out = Vec::new();
+    for item in domains.try_iter().map_err(|_| type_error())? {
+        let item = item?;
+        let name = item.cast::<PyString>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "a clock-domain name is a str, not {}",
+                item.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+            ))
+        })?;
+        out.push(name.to_str()?.to_owned());
+    }
+    Ok(out)
+}
+
 fn builder(
     edges: Option<&Bound<'_, PyAny>>,
     slots: u32,
     segments: u32,
-    domains: Vec<String>,
+    domains: Option<&Bound<'_, PyAny>>,
     group_access: bool,
 ) -> PyResult<edgemark::RegionBuilder> {
+    let domains = domain_list(domains)?;
     let mut b = Recorder::builder()
         .edges(edge_list(edges)?)
         .slots(slots)
@@ -291,24 +337,35 @@ impl PyRegion {
     /// ``CLOCK_MONOTONIC``, the default ``"monotonic"``; ``info()["clock"]``
     /// says which it got; see docs/design.md, "The counter clock").
     ///
-    /// Raises ``FileExistsError`` or another ``OSError`` for the path, and
-    /// ``ValueError`` for no edges, a duplicate or self edge, a bad geometry,
-    /// a bad domain name or a clock that is neither.
+    /// The file's space is reserved at creation, so a full file system is
+    /// found here: ``OSError`` with errno ``ENOSPC`` and a message naming
+    /// the size and the file system. ``sparse=True`` leaves the file sparse
+    /// instead (it takes memory only as requests use it), at a cost: a page
+    /// that later finds no space is lost to the process that writes it
+    /// (``begin`` returns ``None``, sweeps raise ``RegionNoSpaceError``).
+    ///
+    /// ``path`` is a ``str``, ``bytes`` (``os.fsencode``) or an
+    /// ``os.PathLike``. Raises ``FileExistsError`` or another ``OSError``
+    /// for the path, ``TypeError`` for arguments of the wrong type (such as
+    /// one name for ``domains``), and ``ValueError`` for no edges, a
+    /// duplicate or self edge, a bad geometry, a bad domain name or a clock
+    /// that is neither.
     #[staticmethod]
     #[pyo3(
-        signature = (path, edges = None, slots = 4096, segments = 4, domains = Vec::new(), group_access = false, clock = "monotonic"),
-        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False, clock='monotonic')"
+        signature = (path, edges = None, slots = 4096, segments = 4, domains = None, group_access = false, clock = "monotonic", sparse = false),
+        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False, clock='monotonic', sparse=False)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         edges: Option<&Bound<'_, PyAny>>,
         slots: u32,
         segments: u32,
-        domains: Vec<String>,
+        domains: Option<&Bound<'_, PyAny>>,
         group_access: bool,
         clock: &str,
+        sparse: bool,
     ) -> PyResult<PyRegion> {
         let clock = match clock {
             "monotonic" => edgemark::Clock::Monotonic,
@@ -319,7 +376,9 @@ impl PyRegion {
                 )))
             }
         };
-        let b = builder(edges, slots, segments, domains, group_access)?.clock(clock);
+        let b = builder(edges, slots, segments, domains, group_access)?
+            .clock(clock)
+            .sparse(sparse);
         let path = path_arg(path)?;
         let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
         PyRegion::wrap(py, rec)
@@ -330,7 +389,7 @@ impl PyRegion {
     /// ``create`` but the path.
     #[staticmethod]
     #[pyo3(
-        signature = (edges = None, slots = 4096, segments = 4, domains = Vec::new()),
+        signature = (edges = None, slots = 4096, segments = 4, domains = None),
         text_signature = "(edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=())"
     )]
     fn in_memory(
@@ -338,7 +397,7 @@ impl PyRegion {
         edges: Option<&Bound<'_, PyAny>>,
         slots: u32,
         segments: u32,
-        domains: Vec<String>,
+        domains: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyRegion> {
         let b = builder(edges, slots, segments, domains, false)?;
         let rec = b.create_in_memory().map_err(create_error)?;
@@ -355,6 +414,9 @@ impl PyRegion {
     /// ``allow_foreign_clock``: the clock-reading ``record`` then returns
     /// ``"clock_mismatch"``, values measured elsewhere still record).
     ///
+    /// ``path`` is a ``str``, ``bytes`` (``os.fsencode``) or an
+    /// ``os.PathLike``, as for ``create``.
+    ///
     /// ``allow_foreign_owner`` attaches to a file that another user created
     /// (a region created with ``group_access=True`` and handed to a group):
     /// trust that user, since a writer can forge values and fill the region.
@@ -365,7 +427,7 @@ impl PyRegion {
     #[pyo3(signature = (path, allow_foreign_clock = false, allow_foreign_owner = false, read_only = false))]
     fn attach(
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         allow_foreign_clock: bool,
         allow_foreign_owner: bool,
         read_only: bool,
@@ -411,7 +473,7 @@ impl PyRegion {
     /// one refused a call); raises ``ValueError`` for an event the region's
     /// schema lacks. A caller that records one edge and event of one request
     /// from a hot loop can resolve them once with ``handle``.
-    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = 0, elapsed_ms = None, clock_domain = None))]
+    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = Segment(Ok(0)), elapsed_ms = None, clock_domain = None))]
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
@@ -422,23 +484,38 @@ impl PyRegion {
         event: &Bound<'_, PyAny>,
         meaningful: bool,
         chunk_seq: Option<&Bound<'_, PyAny>>,
-        segment: u32,
+        segment: Segment,
         elapsed_ms: Option<f64>,
         clock_domain: Option<&Bound<'_, PyString>>,
     ) -> PyResult<bool> {
+        let (from, to, segment) = match (from_stage.0, to_stage.0, segment.0) {
+            (Ok(f), Ok(t), Ok(s)) => (f, t, s),
+            // An int too large for its field: a refusal, as a value beyond
+            // a cell's range is (the event is still checked first).
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                let o = if self.rec.is_enabled() {
+                    self.event_id(py, event)?;
+                    why
+                } else {
+                    Outcome::Disabled
+                };
+                LAST_OUTCOME.set(o);
+                return Ok(false);
+            }
+        };
         let defaults = meaningful
             && chunk_seq.is_none()
             && segment == 0
             && elapsed_ms.is_none()
             && clock_domain.is_none();
         let o = if defaults {
-            self.record_now(py, token, from_stage.0, to_stage.0, event)?
+            self.record_now(py, token, from, to, event)?
         } else {
             self.do_record(
                 py,
                 token,
-                from_stage.0,
-                to_stage.0,
+                from,
+                to,
                 event,
                 meaningful,
                 chunk_seq,
@@ -473,8 +550,10 @@ impl PyRegion {
         if kwargs.is_none() && args.len() == 4 {
             let arg = |i| args.get_borrowed_item(i);
             let (token, from, to, event) = (arg(0)?, arg(1)?, arg(2)?, arg(3)?);
-            if let (Ok(from), Ok(to)) = (from.extract::<Stage>(), to.extract::<Stage>()) {
-                let o = slf.get().record_now(py, &token, from.0, to.0, &event)?;
+            if let (Ok(Stage(Ok(from))), Ok(Stage(Ok(to)))) =
+                (from.extract::<Stage>(), to.extract::<Stage>())
+            {
+                let o = slf.get().record_now(py, &token, from, to, &event)?;
                 return Ok(outcome_str(py, o));
             }
         }
@@ -501,20 +580,36 @@ impl PyRegion {
     /// (``ValueError`` for an event the schema lacks); a token that is no
     /// token, ``None`` or a disabled region give a handle whose records
     /// return ``False`` (its ``outcome`` says why).
-    #[pyo3(signature = (token, from_stage, to_stage, event, segment = 0, chunk_seq = None))]
+    #[pyo3(signature = (token, from_stage, to_stage, event, segment = None, chunk_seq = None))]
     #[allow(clippy::too_many_arguments)]
     fn handle(
         slf: &Bound<'_, Self>,
         token: &Bound<'_, PyAny>,
-        from_stage: u32,
-        to_stage: u32,
+        from_stage: &Bound<'_, PyAny>,
+        to_stage: &Bound<'_, PyAny>,
         event: &Bound<'_, PyAny>,
-        segment: u32,
+        segment: Option<&Bound<'_, PyAny>>,
         chunk_seq: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyHandle> {
         let me = slf.get();
-        let edge = Edge::new(from_stage, to_stage);
-        let label = |e: &str| format!("{from_stage}->{to_stage}:{segment} {e}");
+        let from = u32_field(from_stage, "a stage number", Outcome::UnknownEdge)?;
+        let to = u32_field(to_stage, "a stage number", Outcome::UnknownEdge)?;
+        let seg = match segment {
+            Some(s) => u32_field(s, "a segment index", Outcome::OutOfRange)?,
+            None => Ok(0),
+        };
+        let seg_text = segment.map_or_else(|| "0".to_owned(), |s| s.to_string());
+        let label = |e: &str| format!("{from_stage}->{to_stage}:{seg_text} {e}");
+        // An int too large for its field makes a handle whose records are
+        // refused with why (as `record` refuses them).
+        let too_large = match (from, to, seg) {
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => Some(why),
+            _ => None,
+        };
+        let (edge, segment) = (
+            Edge::new(from.unwrap_or(0), to.unwrap_or(0)),
+            seg.unwrap_or(0),
+        );
         if !me.rec.is_enabled() {
             let mark = Mark::new(edge, EventId(0));
             return Ok(PyHandle::new(
@@ -534,7 +629,11 @@ impl PyRegion {
             }
         }
         let name = &me.event_names()[usize::from(id.0)];
-        Ok(PyHandle::new(slf, token_arg(token), mark, label(name)))
+        let target = match too_large {
+            Some(why) => Err(why),
+            None => token_arg(token),
+        };
+        Ok(PyHandle::new(slf, target, mark, label(name)))
     }
 
     /// Starts segment ``segment`` on the edge ``from_stage -> to_stage`` of
@@ -545,9 +644,9 @@ impl PyRegion {
     fn start_segment(
         &self,
         token: &Bound<'_, PyAny>,
-        from_stage: u32,
-        to_stage: u32,
-        segment: u32,
+        from_stage: Stage,
+        to_stage: Stage,
+        segment: Segment,
     ) -> bool {
         self.do_start_segment(token, from_stage, to_stage, segment)
             .is_success()
@@ -559,9 +658,9 @@ impl PyRegion {
         &self,
         py: Python<'py>,
         token: &Bound<'_, PyAny>,
-        from_stage: u32,
-        to_stage: u32,
-        segment: u32,
+        from_stage: Stage,
+        to_stage: Stage,
+        segment: Segment,
     ) -> Bound<'py, PyString> {
         outcome_str(
             py,
@@ -594,28 +693,28 @@ impl PyRegion {
     /// reused or foreign token returns ``{}``. Later records are refused.
     /// ``None`` if another control operation of a live process held the
     /// request for the whole bounded wait (about a second): the request is
-    /// still open, so close it again.
+    /// still open, so close it again. ``None`` also when this process's
+    /// mapping lost a page (the file was truncated under it, or a sparse
+    /// region found no space): close then changes nothing, and a process
+    /// that attaches the region again can close the request.
     fn close<'py>(
         &self,
         py: Python<'py>,
         token: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let snap = self.close_snap(py, token);
-        if snap
-            .as_ref()
-            .is_some_and(|s| s.state() == RequestState::Busy)
-        {
+        if snap.as_ref().is_some_and(not_closed) {
             return Ok(None);
         }
         snapshot::to_py(py, snap.as_ref()).map(Some)
     }
 
     /// ``close`` that returns the final snapshot as JSON text (``None`` when
-    /// busy, as ``close``).
+    /// busy or on a mapping that lost a page, as ``close``).
     fn close_json(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> Option<String> {
         let snap = self.close_snap(py, token);
         match &snap {
-            Some(s) if s.state() == RequestState::Busy => None,
+            Some(s) if not_closed(s) => None,
             _ => Some(snapshot::to_text(snap.as_ref())),
         }
     }
@@ -649,7 +748,10 @@ impl PyRegion {
 
     /// Frees the slots of dead processes (open requests whose owner is gone,
     /// slots left locked by a process that died); live owners' slots are
-    /// left alone. Returns ``{"dead_owners": n, "dead_holders": m}``.
+    /// left alone. Returns ``{"dead_owners": n, "dead_holders": m,
+    /// "unjudged": why}``: ``why`` is ``None``, or
+    /// ``"mixed_pid_namespaces"`` / ``"other_pid_namespace"`` when no pid
+    /// could be judged and nothing was freed (docs/limitations.md).
     fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let rec = &self.rec;
         let r = py
@@ -658,6 +760,7 @@ impl PyRegion {
         let d = PyDict::new(py);
         d.set_item("dead_owners", r.dead_owners)?;
         d.set_item("dead_holders", r.dead_holders)?;
+        d.set_item("unjudged", r.unjudged.map(|w| w.name()))?;
         Ok(d)
     }
 
@@ -689,6 +792,8 @@ impl PyRegion {
         d.set_item("slots", i.slots)?;
         d.set_item("segments", i.segments)?;
         d.set_item("bytes", i.bytes)?;
+        d.set_item("slot_stride", i.slot_stride)?;
+        d.set_item("slots_offset", i.slots_offset)?;
         d.set_item("edges", self.edges())?;
         d.set_item("events", self.event_names())?;
         d.set_item("domains", self.domains())?;
@@ -703,6 +808,8 @@ impl PyRegion {
         d.set_item("created_unix_ns", i.created_unix_ns)?;
         d.set_item("creator_pid", i.creator_pid)?;
         d.set_item("group_access", i.group_access)?;
+        d.set_item("mixed_pid_namespaces", i.mixed_pid_namespaces)?;
+        d.set_item("pids_unjudged", i.pids_unjudged.map(|w| w.name()))?;
         Ok(Some(d))
     }
 
@@ -712,10 +819,12 @@ impl PyRegion {
         self.rec.is_enabled()
     }
 
-    /// The region file's path (``None`` in memory or disabled).
+    /// The region file's path as a ``str`` (``None`` in memory or
+    /// disabled). A path that is not UTF-8 comes back as ``os.fsdecode``
+    /// gives it (surrogate escapes), which ``attach`` takes back unchanged.
     #[getter]
-    fn path(&self) -> Option<String> {
-        self.rec.path().map(|p| p.to_string_lossy().into_owned())
+    fn path(&self) -> Option<std::ffi::OsString> {
+        self.rec.path().map(|p| p.as_os_str().to_owned())
     }
 
     /// The declared edges, ``[(from_stage, to_stage), ...]`` in order.
@@ -740,13 +849,14 @@ impl PyRegion {
     /// Registers the clock domain ``name`` (any attached process may; a
     /// record naming a new domain does it too) and returns its id.
     /// Idempotent. ``ValueError`` for a name that cannot name a domain
-    /// (empty or blank, over 32 bytes, a control character); a full table
+    /// (empty or blank, over 32 bytes, a control or invisible format
+    /// character such as a bidirectional control); a full table
     /// (32 domains) or a disabled region returns ``None``.
     fn register_domain(&self, name: &str) -> PyResult<Option<u8>> {
         match self.rec.register_domain(name) {
             Ok(d) => Ok(Some(d.0)),
             Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(format!(
-                "{name:?} cannot name a clock domain: 1 to 32 bytes, not blank, no control characters"
+                "{name:?} cannot name a clock domain: 1 to 32 bytes, not blank, no control or invisible format characters"
             ))),
             Err(_) => Ok(None),
         }
@@ -755,7 +865,11 @@ impl PyRegion {
     fn __repr__(&self) -> String {
         match (self.rec.is_enabled(), self.path()) {
             (false, _) => "Region.disabled()".to_owned(),
-            (true, Some(p)) => format!("Region({p:?}, edges={:?})", self.edges()),
+            (true, Some(p)) => format!(
+                "Region({:?}, edges={:?})",
+                p.to_string_lossy(),
+                self.edges()
+            ),
             (true, None) => format!("Region(<in memory>, edges={:?})", self.edges()),
         }
     }

@@ -3,7 +3,7 @@
 use edgemark::{Outcome, Token};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString, PyTuple};
 
 /// One request instance in one region: the region's ID, a slot and the
 /// slot's generation when the request began.
@@ -23,6 +23,26 @@ pub(crate) fn parse_token(s: &str) -> PyResult<Token> {
         .map_err(|e| PyValueError::new_err(format!("{e}: {s:?}")))
 }
 
+/// The bytes of a `bytes`, `bytearray` or `memoryview` (the forms a token's
+/// 16 bytes take after a socket read or a buffer slice); `None` for any
+/// other type.
+fn bytes_like(value: &Bound<'_, PyAny>) -> Option<PyResult<Vec<u8>>> {
+    if let Ok(b) = value.cast::<PyBytes>() {
+        return Some(Ok(b.as_bytes().to_vec()));
+    }
+    if let Ok(b) = value.cast::<PyByteArray>() {
+        return Some(Ok(b.to_vec()));
+    }
+    if value.cast::<PyMemoryView>().is_ok() {
+        return Some(
+            value
+                .call_method0("tobytes")
+                .and_then(|b| Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())),
+        );
+    }
+    None
+}
+
 fn token_from_bytes(b: &[u8]) -> PyResult<Token> {
     let arr: [u8; 16] = b
         .try_into()
@@ -33,8 +53,9 @@ fn token_from_bytes(b: &[u8]) -> PyResult<Token> {
 #[pymethods]
 impl PyToken {
     /// ``Token(value)``: a token from any of its forms (a ``Token``, its
-    /// text, its 16 bytes or its integer). Raises ``ValueError`` for a value
-    /// that is no token's form, ``TypeError`` for another type.
+    /// text, its 16 bytes as ``bytes``, ``bytearray`` or ``memoryview``, or
+    /// its integer). Raises ``ValueError`` for a value that is no token's
+    /// form, ``TypeError`` for another type.
     #[new]
     fn new(value: &Bound<'_, PyAny>) -> PyResult<PyToken> {
         if let Ok(t) = value.cast::<PyToken>() {
@@ -43,8 +64,8 @@ impl PyToken {
         if let Ok(s) = value.cast::<PyString>() {
             return Ok(PyToken(parse_token(&s.to_cow()?)?));
         }
-        if let Ok(b) = value.cast::<PyBytes>() {
-            return Ok(PyToken(token_from_bytes(b.as_bytes())?));
+        if let Some(b) = bytes_like(value) {
+            return Ok(PyToken(token_from_bytes(&b?)?));
         }
         if value.cast::<PyInt>().is_ok() {
             let v: u128 = value
@@ -53,7 +74,7 @@ impl PyToken {
             return Ok(PyToken(Token::from_u128(v)));
         }
         Err(PyTypeError::new_err(format!(
-            "a token is made from a Token, str, bytes or int, not {}",
+            "a token is made from a Token, str, bytes, bytearray, memoryview or int, not {}",
             value.get_type().name()?
         )))
     }
@@ -65,11 +86,18 @@ impl PyToken {
         Ok(PyToken(parse_token(&s)?))
     }
 
-    /// The token written as ``bytes(token)`` (16 little-endian bytes).
-    /// Raises ``ValueError`` for any other length.
+    /// The token written as ``bytes(token)`` (16 little-endian bytes, as
+    /// ``bytes``, ``bytearray`` or ``memoryview``). Raises ``ValueError``
+    /// for any other length, ``TypeError`` for another type.
     #[staticmethod]
-    fn from_bytes(b: &[u8]) -> PyResult<PyToken> {
-        Ok(PyToken(token_from_bytes(b)?))
+    fn from_bytes(b: &Bound<'_, PyAny>) -> PyResult<PyToken> {
+        match bytes_like(b) {
+            Some(bytes) => Ok(PyToken(token_from_bytes(&bytes?)?)),
+            None => Err(PyTypeError::new_err(format!(
+                "a token's bytes are bytes, bytearray or memoryview, not {}",
+                b.get_type().name()?
+            ))),
+        }
     }
 
     /// The token written as ``int(token)``.
@@ -127,7 +155,7 @@ impl PyToken {
 }
 
 /// A token argument of a recording call, read without raising: a `Token`,
-/// its text, bytes or integer, or `None` (the request runs unrecorded).
+/// its text, bytes (`bytes`, `bytearray` or `memoryview`) or integer, or `None` (the request runs unrecorded).
 ///
 /// This is runtime data (it arrives inside a message), so a value that is no
 /// token is an outcome, not an exception: `None` is `disabled` (recording is
@@ -156,8 +184,11 @@ fn token_of_other(value: &Bound<'_, PyAny>) -> Result<Token, Outcome> {
             .and_then(|s| s.parse().ok())
             .ok_or(Outcome::Invalid);
     }
-    if let Ok(b) = value.cast::<PyBytes>() {
-        return token_from_bytes(b.as_bytes()).map_err(|_| Outcome::Invalid);
+    if let Some(b) = bytes_like(value) {
+        return b
+            .ok()
+            .and_then(|b| token_from_bytes(&b).ok())
+            .ok_or(Outcome::Invalid);
     }
     if value.cast::<PyInt>().is_ok() {
         return value

@@ -542,3 +542,101 @@ def test_a_region_asks_for_its_shared_clock_and_says_which_it_got(tmp_path):
     with pytest.raises(ValueError, match="monotonic"):
         Region.create(tmp_path / "x.region", clock="sundial")
     assert not (tmp_path / "x.region").exists()
+
+
+# ---------------------------------------------------------------------------
+# Argument forms and their limits.
+
+
+def test_a_token_as_bytearray_or_memoryview_is_a_token(region):
+    t = region.begin()
+    raw = bytes(t)
+    for form in (bytearray(raw), memoryview(raw), memoryview(bytearray(raw))):
+        assert Token(form) == t
+        assert Token.from_bytes(form) == t
+    assert region.record(bytearray(raw), 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT)
+    assert region.record_outcome(memoryview(raw), 0, 1, E.EDGE_FIRST_SEND_COMPLETE) == "recorded"
+    assert region.handle(bytearray(raw), 0, 1, E.CONSUMER_FIRST_ACCEPT).record()
+    assert region.start_segment(memoryview(raw), 0, 1, 1)
+    assert region.record(bytearray(15), 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT) is False
+    assert region.record_outcome(bytearray(15), 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT) == "invalid"
+    with pytest.raises(ValueError, match="16 bytes"):
+        Token.from_bytes(bytearray(15))
+    with pytest.raises(TypeError):
+        Token.from_bytes("not bytes")
+    assert region.close(memoryview(raw))["0->1:0"]["producer_first_nonempty_emit_ms"] is not None
+
+
+def test_negative_stages_and_segments_raise_value_error_and_too_large_ones_are_refusals(region):
+    t = region.begin()
+    emit = E.PRODUCER_FIRST_NONEMPTY_EMIT
+    for call in (
+        lambda: region.record(t, -1, 1, emit),
+        lambda: region.record(t, 0, -1, emit, segment=0),
+        lambda: region.record(t, 0, 1, emit, segment=-1),
+        lambda: region.record_outcome(t, -1, 1, emit),
+        lambda: region.start_segment(t, 0, 1, -1),
+        lambda: region.handle(t, -1, 1, emit),
+        lambda: region.handle(t, 0, 1, emit, segment=-2),
+    ):
+        with pytest.raises(ValueError, match="non-negative"):
+            call()
+    # Ints a 32-bit field cannot hold: refused like other values beyond a
+    # limit, never OverflowError.
+    assert region.record(t, 2**32, 1, emit) is False
+    assert region.record_outcome(t, 2**32, 1, emit) == "unknown_edge"
+    assert region.record_outcome(t, 0, 2**64, emit) == "unknown_edge"
+    assert region.record(t, 0, 1, emit, segment=2**40) is False
+    assert region.record_outcome(t, 0, 1, emit, segment=2**40) == "out_of_range"
+    assert region.start_segment(t, 0, 1, 2**40) is False
+    assert region.start_segment_outcome(t, 0, 1, 2**40) == "out_of_range"
+    assert region.start_segment_outcome(t, 2**32, 1, 1) == "unknown_edge"
+    assert region.handle(t, 0, 1, emit, segment=2**40).record_outcome() == "out_of_range"
+    assert region.handle(t, 2**32, 1, emit).record_outcome() == "unknown_edge"
+    # Not ints at all: TypeError.
+    with pytest.raises(TypeError):
+        region.record(t, "0", 1, emit)
+    with pytest.raises(TypeError):
+        region.record(t, 0, 1, emit, segment=1.0)
+    assert region.snapshot(t) == {}
+    assert region.record(t, 0, 1, emit)
+
+
+def test_domains_must_be_a_sequence_of_names(tmp_path):
+    for bad in ("gpu", b"gpu"):
+        with pytest.raises(TypeError, match="sequence of clock-domain names"):
+            Region.create(tmp_path / "d.region", domains=bad)
+        with pytest.raises(TypeError, match="sequence of clock-domain names"):
+            Region.in_memory(domains=bad)
+    with pytest.raises(TypeError, match="a clock-domain name is a str"):
+        Region.in_memory(domains=["gpu", 3])
+    assert not (tmp_path / "d.region").exists()
+    assert Region.in_memory(domains=("gpu",)).domains == ["host_monotonic", "gpu"]
+    assert Region.in_memory(domains=None).domains == ["host_monotonic"]
+
+
+def test_bytes_paths_and_paths_that_are_not_utf8_round_trip(tmp_path):
+    raw = os.path.join(os.fsencode(tmp_path), b"r\xff\xfe.region")
+    region = Region.create(raw, edges=[(0, 1)], slots=4)
+    assert os.path.exists(raw)
+    # The path comes back as os.fsdecode gives it, without a U+FFFD.
+    assert region.path == os.fsdecode(raw)
+    assert "\ufffd" not in region.path
+    assert os.fsencode(region.path) == raw
+    assert region.info()["path"] == region.path
+    t = region.begin()
+    for again in (region.path, raw, os.fsdecode(raw)):
+        other = Region.attach(again)
+        assert other.record(t, 0, 1, E.CONSUMER_FIRST_ACCEPT) or other.record_outcome(
+            t, 0, 1, E.CONSUMER_FIRST_ACCEPT
+        ) == "duplicate"
+        assert other.path == region.path
+    import pathlib
+
+    assert Region.attach(pathlib.Path(os.fsdecode(raw))).path == region.path
+    with pytest.raises(FileExistsError):
+        Region.create(raw)
+    with pytest.raises(TypeError, match="str, bytes or os.PathLike"):
+        Region.attach(3)
+    with pytest.raises(ValueError, match="NUL"):
+        Region.attach(b"a\0b")

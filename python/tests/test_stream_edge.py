@@ -422,3 +422,20 @@ def test_set_default_region_installs_a_region(tmp_path):
     finally:
         stream_edge.set_default_region(before)
     assert RequestStreamEdgeEvents().region is before
+
+
+def test_a_segment_the_region_cannot_start_retires_nothing(region):
+    ev = RequestStreamEdgeEvents(region=region)
+    s0 = ev.start_segment(K01)
+    assert s0.record(E.PRODUCER_EMIT, meaningful=True)
+    # Segment 2**32 cannot be held by the region: its handle records
+    # nothing, and the edge's current segment is still 0, here as there.
+    huge = ev.start_segment(StreamEdgeKey(0, 1, 2**32))
+    assert huge.record(E.SEND_COMPLETE, meaningful=True) is False
+    assert s0.record(E.SEND_COMPLETE, meaningful=True)
+    s1 = ev.start_segment(StreamEdgeKey(0, 1, 1))
+    assert s1.record(E.PRODUCER_EMIT, meaningful=True)
+    assert s0.record(E.CONSUMER_ACCEPT, meaningful=True) is False, "segment 0 is retired now"
+    assert set(ev.snapshot()) == {"0->1:0", "0->1:1"}
+    with pytest.raises(ValueError, match="retired"):
+        ev.start_segment(K01)

@@ -30,6 +30,9 @@ pub struct RegionBuilder {
     schema: Schema,
     group_access: bool,
     clock: Clock,
+    /// Whether `create` leaves the file sparse instead of reserving its
+    /// space.
+    sparse: bool,
     /// Why `domain` refused a name, reported by `create`.
     bad_domain: Option<SchemaError>,
 }
@@ -43,6 +46,7 @@ impl Default for RegionBuilder {
             schema: Schema::stream_edges(),
             group_access: false,
             clock: Clock::Monotonic,
+            sparse: false,
             bad_domain: None,
         }
     }
@@ -114,6 +118,25 @@ impl RegionBuilder {
         self
     }
 
+    /// Whether [`RegionBuilder::create`] leaves the region file sparse
+    /// (default `false`).
+    ///
+    /// By default `create` reserves the file's whole space on its file
+    /// system (`posix_fallocate`) and fails with [`CreateError::NoSpace`]
+    /// if it cannot, so that a full file system is found at creation. A
+    /// sparse region takes space only as its pages are first written (a
+    /// large region that is mostly idle costs less memory on `/dev/shm`),
+    /// but a page that cannot be allocated later is lost to the process
+    /// that writes it: its `begin`, `start_segment` and `close` then refuse
+    /// ([`Outcome::Faulted`](crate::Outcome::Faulted)), its records on that
+    /// page reach nobody, and its sweeps fail with
+    /// [`AttachError::NoSpace`](crate::AttachError::NoSpace)
+    /// (`docs/limitations.md`).
+    pub fn sparse(mut self, yes: bool) -> RegionBuilder {
+        self.sparse = yes;
+        self
+    }
+
     fn header(&self) -> Result<Header, CreateError> {
         if let Some(bad) = &self.bad_domain {
             return Err(CreateError::Schema(bad.clone()));
@@ -129,12 +152,14 @@ impl RegionBuilder {
     }
 
     /// Creates the region file at `path` (a new file, owner-only unless
-    /// group access was asked for) and returns a recorder on it.
+    /// group access was asked for), reserves its space unless
+    /// [`RegionBuilder::sparse`], and returns a recorder on it. A creation
+    /// that fails after making the file removes it again.
     #[cfg(not(edgemark_loom))]
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Recorder, CreateError> {
         let path = path.as_ref();
         let header = self.header()?;
-        let storage = region::create_file(path, &header)?;
+        let storage = region::create_file(path, &header, self.sparse)?;
         Ok(Recorder::from_header(
             storage,
             header,

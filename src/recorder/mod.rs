@@ -12,7 +12,9 @@ use crate::outcome::Outcome;
 use crate::process;
 use crate::protocol::{Closed, Found, Proto, Reclaimed, Request};
 use crate::region::{self, Access, AttachError, Header, Storage};
-use crate::report::{self, Counters, EdgeHistogram, Owner, ReclaimReport, RegionInfo};
+use crate::report::{
+    self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
+};
 use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{Refill, RequestState, Snapshot};
 use crate::sync::Ordering;
@@ -176,10 +178,27 @@ impl Inner {
     /// is in the creator's pid namespace and no process from another one has
     /// attached.
     fn trusts_pids(&self) -> bool {
+        self.pids_unjudged().is_none()
+    }
+
+    /// Why this process may not judge the pids in the region, if it may
+    /// not.
+    fn pids_unjudged(&self) -> Option<PidsUnjudged> {
+        if self.header.pid_namespace != process::pid_namespace() {
+            Some(PidsUnjudged::OtherNamespace)
+        } else if self.mixed_pid_namespaces() {
+            Some(PidsUnjudged::MixedNamespaces)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the header's flag says a process from another pid namespace
+    /// attached for writing.
+    fn mixed_pid_namespaces(&self) -> bool {
         // Relaxed: see `from_opened`.
         let flags = self.storage.words()[H_FLAGS].load(Ordering::Relaxed);
-        flags & region::FLAG_MIXED_PID_NS == 0
-            && self.header.pid_namespace == process::pid_namespace()
+        flags & region::FLAG_MIXED_PID_NS != 0
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless
@@ -355,7 +374,7 @@ impl Live<'_> {
             }
         });
         if faulted || storage.faulted() {
-            return Err(AttachError::Shrunk);
+            return Err(storage.fault_error());
         }
         Ok(())
     }
@@ -441,9 +460,15 @@ impl Recorder {
     /// disabled recorder [`Outcome::Disabled`], and a counter region whose
     /// counter this process does not trust [`Outcome::ClockMismatch`]
     /// (counted; see [`RegionBuilder::clock`]); the request then runs
-    /// unrecorded.
+    /// unrecorded. A mapping that lost a page (the file was truncated, or a
+    /// sparse region found no space) gives [`Outcome::Faulted`], also when
+    /// the page is lost during this begin: a token is only handed out for
+    /// a request that other processes can see.
     pub fn begin(&self) -> Result<Token, Outcome> {
         let Live { inner, proto } = self.live_mut()?;
+        if inner.storage.faulted() {
+            return Err(Outcome::Faulted);
+        }
         let mut owner = process::owner_identity();
         // A start time is only comparable in the region's time namespace.
         if !inner.shared_clock {
@@ -457,6 +482,14 @@ impl Recorder {
             Some(_) => clock::counter(),
         };
         match proto.begin(origin, owner, holder()) {
+            // A page lost meanwhile may be this request's: the slot may
+            // exist only in this process. Close it (on a lost page that
+            // changes nothing anyone else sees; on a good one it frees the
+            // slot) and hand out nothing.
+            Some(req) if inner.storage.faulted() => {
+                let _ = proto.close(req, holder(), &inner.holder_alive());
+                Err(Outcome::Faulted)
+            }
             Some(req) => Ok(inner.token(req)),
             None => Err(proto.count(Outcome::RegionFull)),
         }
@@ -601,7 +634,8 @@ impl Recorder {
     /// together.
     ///
     /// Errors: [`Outcome::UnknownDomain`] for a name that cannot name a
-    /// domain (empty or blank, over 32 bytes, a control character),
+    /// domain (empty or blank, over 32 bytes, a control or invisible format
+    /// character such as a bidirectional control),
     /// [`Outcome::DomainTableFull`] (counted) when the table is full,
     /// [`Outcome::Disabled`].
     ///
@@ -638,19 +672,27 @@ impl Recorder {
     /// [`RegionBuilder::segments`]); older ones are dropped and counted.
     ///
     /// `segment` must be greater than the current one; otherwise the call
-    /// is refused as [`Outcome::StaleSegment`].
+    /// is refused as [`Outcome::StaleSegment`]. On a mapping that lost a
+    /// page, before or during the call, it is [`Outcome::Faulted`].
     pub fn start_segment(&self, token: Token, edge: impl Into<Edge>, segment: u32) -> Outcome {
         let Live { inner, proto } = match self.live_mut() {
             Ok(live) => live,
             Err(why) => return why,
         };
+        if inner.storage.faulted() {
+            return Outcome::Faulted;
+        }
         let edge = edge.into();
         let mark = Mark::new(edge, EventId(0));
         let edge = match inner.check_mark(token, &mark) {
             Ok(e) => e,
             Err(why) => return proto.count(why),
         };
-        proto.start_segment(request(token), edge, segment, holder())
+        let started = proto.start_segment(request(token), edge, segment, holder());
+        if inner.storage.faulted() {
+            return Outcome::Faulted;
+        }
+        started
     }
 
     /// Closes the request and returns its final snapshot.
@@ -664,6 +706,11 @@ impl Recorder {
     /// (completion, abort, disconnect, timeout, error) should call it; it
     /// never fails the rest of a cleanup. Late records are refused, and the
     /// slot can be reused at once.
+    ///
+    /// On a mapping that lost a page (see [`Outcome::Faulted`]) close
+    /// refuses: an empty snapshot in state [`RequestState::Faulted`],
+    /// nothing changed; a process that attaches the region again can close
+    /// the token.
     pub fn close(&self, token: Token) -> Snapshot {
         let Some(Live { inner, proto }) = self.live_for(token) else {
             return Snapshot::gone();
@@ -671,7 +718,15 @@ impl Recorder {
         if inner.storage.access() == Access::ReadOnly {
             return Snapshot::gone();
         }
-        match proto.close(request(token), holder(), &inner.holder_alive()) {
+        if inner.storage.faulted() {
+            return Snapshot::empty(RequestState::Faulted);
+        }
+        let closed = proto.close(request(token), holder(), &inner.holder_alive());
+        if inner.storage.faulted() {
+            // Lost during the close: what it read may be zeros.
+            return Snapshot::empty(RequestState::Faulted);
+        }
+        match closed {
             Ok(Closed { mut raw, freed }) => {
                 crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
                 if freed {
@@ -892,7 +947,22 @@ impl Recorder {
             created_unix_ns: h.created_unix_ns,
             creator_pid: h.creator_pid,
             group_access: h.group_access,
+            mixed_pid_namespaces: i.mixed_pid_namespaces(),
+            pids_unjudged: i.pids_unjudged(),
         })
+    }
+
+    /// Whether the process that created the region still runs: `None` when
+    /// this process cannot tell (it does not judge pids here, see
+    /// [`RegionInfo::pids_unjudged`], or the recorder is disabled or in
+    /// memory). A pid that was reused by another process counts as alive.
+    pub fn creator_alive(&self) -> Option<bool> {
+        let i = self.live()?.inner;
+        if i.path.is_none() || !i.trusts_pids() {
+            return None;
+        }
+        let pid = u32::try_from(i.header.creator_pid).ok()?;
+        Some(process::pid_alive(pid))
     }
 
     /// Frees the slots of dead processes: open requests whose owner (the
@@ -906,18 +976,41 @@ impl Recorder {
     ///
     /// Frees nothing when pids cannot be trusted: this process is in another
     /// pid namespace than the region's creator, or some process from another
-    /// one has attached (`docs/limitations.md`).
+    /// one has attached for writing (`docs/limitations.md`); the report's
+    /// [`ReclaimReport::unjudged`] then says which.
     ///
     /// Errors: as [`Recorder::reclaim_where`].
     pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, AttachError> {
+        self.reclaim_dead(false)
+    }
+
+    /// [`Recorder::reclaim_dead_owners`] that judges every owner and lock
+    /// holder as a process of this process's pid namespace, even when the
+    /// region is shared across pid namespaces
+    /// ([`RegionInfo::pids_unjudged`]). Use it only when the processes of
+    /// other namespaces that attached are gone or never began a request:
+    /// a live owner there whose pid names no process here loses its
+    /// request.
+    ///
+    /// Errors: as [`Recorder::reclaim_where`].
+    pub fn reclaim_dead_owners_in_this_namespace(&self) -> Result<ReclaimReport, AttachError> {
+        self.reclaim_dead(true)
+    }
+
+    fn reclaim_dead(&self, judge_anyway: bool) -> Result<ReclaimReport, AttachError> {
         let Some(Live { inner, .. }) = self.live() else {
             return Ok(ReclaimReport::default());
         };
         if inner.storage.access() == Access::ReadOnly {
             return Err(AttachError::ReadOnly);
         }
-        if !inner.trusts_pids() {
-            return Ok(ReclaimReport::default());
+        if let (Some(why), false) = (inner.pids_unjudged(), judge_anyway) {
+            // Still fail as a sweep would on a damaged mapping.
+            inner.storage.check_len()?;
+            return Ok(ReclaimReport {
+                unjudged: Some(why),
+                ..ReclaimReport::default()
+            });
         }
         // Start times are compared only in the region's time namespace.
         let compare_start = inner.shared_clock;
@@ -969,7 +1062,7 @@ impl Recorder {
             }
         });
         if faulted || inner.storage.faulted() {
-            return Err(AttachError::Shrunk);
+            return Err(inner.storage.fault_error());
         }
         Ok(report)
     }
@@ -992,7 +1085,7 @@ impl Recorder {
         };
         let h = report::histograms(proto.words, proto.layout, &inner.schema, &inner.edges);
         if inner.storage.faulted() {
-            return Err(AttachError::Shrunk);
+            return Err(inner.storage.fault_error());
         }
         Ok(h)
     }

@@ -16,6 +16,19 @@ pub enum CreateError {
     Exists(PathBuf),
     /// Another I/O error at the path.
     Io(PathBuf, std::io::Error),
+    /// The file system has no space for the region (`ENOSPC` or `EDQUOT`
+    /// when its space was reserved); the file was removed again.
+    NoSpace {
+        /// The region file's path.
+        path: PathBuf,
+        /// The bytes the region needs.
+        bytes: u64,
+        /// The mount point of the file system (or the directory) that is
+        /// full.
+        filesystem: PathBuf,
+        /// The bytes that file system had free for this user, when known.
+        available: Option<u64>,
+    },
     /// No edges were declared.
     NoEdges,
     /// An edge is declared twice, or goes from a stage to itself.
@@ -35,6 +48,24 @@ impl fmt::Display for CreateError {
                 p.display()
             ),
             CreateError::Io(p, e) => write!(f, "cannot create {}: {e}", p.display()),
+            CreateError::NoSpace {
+                path,
+                bytes,
+                filesystem,
+                available,
+            } => {
+                write!(
+                    f,
+                    "no space for {}: the region needs {bytes} bytes ({:.1} MiB) and the file system at {} ",
+                    path.display(),
+                    *bytes as f64 / (1024.0 * 1024.0),
+                    filesystem.display()
+                )?;
+                match available {
+                    Some(a) => write!(f, "has {a} bytes free"),
+                    None => f.write_str("is full"),
+                }
+            }
             CreateError::NoEdges => f.write_str("a region needs at least one edge"),
             CreateError::BadEdge(e) => {
                 write!(f, "edge {e} is declared twice or joins a stage to itself")
@@ -97,6 +128,12 @@ pub enum AttachError {
     /// attached (another process truncated it): what is left of the mapping
     /// no longer shows the region, so sweeps and snapshots stop.
     Shrunk,
+    /// A page of a sparse region (created with
+    /// [`RegionBuilder::sparse`](crate::RegionBuilder::sparse)) could not be
+    /// allocated when this process first wrote it: its file system was
+    /// full. The file still has its length, but what this process wrote to
+    /// that page reached no other process, so sweeps and snapshots stop.
+    NoSpace,
     /// The call writes the region, and this recorder was attached read-only
     /// ([`AttachOptions::read_only`](crate::AttachOptions::read_only)).
     ReadOnly,
@@ -142,6 +179,9 @@ impl fmt::Display for AttachError {
             ),
             AttachError::Shrunk => f.write_str(
                 "the region file was truncated under this process after it was attached; attach it again once it is whole",
+            ),
+            AttachError::NoSpace => f.write_str(
+                "no space left on the file system for a page of this sparse region: what this process wrote there was lost; free space, then attach it again",
             ),
         }
     }

@@ -95,14 +95,26 @@ impl Storage {
         }
     }
 
-    /// Whether an access found the file shrunk under the mapping (one
-    /// relaxed load; no system call). Never for the heap.
+    /// Whether an access lost a page of the mapping: the file shrunk under
+    /// it, or (a sparse region) its file system had no space for the page.
+    /// One relaxed load; no system call. Never for the heap.
     #[inline]
     pub(crate) fn faulted(&self) -> bool {
         match self {
             Storage::Heap(_) => false,
             #[cfg(not(edgemark_loom))]
             Storage::Mapped(m) => m.faulted(),
+        }
+    }
+
+    /// The error for a faulted mapping ([`Storage::faulted`]): why the
+    /// first page was lost, [`AttachError::Shrunk`] or
+    /// [`AttachError::NoSpace`]. `Shrunk` if none was.
+    pub(crate) fn fault_error(&self) -> AttachError {
+        match self {
+            Storage::Heap(_) => AttachError::Shrunk,
+            #[cfg(not(edgemark_loom))]
+            Storage::Mapped(m) => m.fault_error().unwrap_or(AttachError::Shrunk),
         }
     }
 
@@ -155,8 +167,15 @@ impl Mapped {
             Access::ReadWrite => opts.map_raw(&file)?,
             Access::ReadOnly => opts.map_raw_read_only(&file)?,
         };
-        let guard =
-            crate::fault::register(map.as_mut_ptr(), map.len(), access == Access::ReadWrite);
+        use std::os::fd::AsRawFd;
+        // The file stays open in `self` for at least the guard's lifetime
+        // (the guard is dropped first), as `register` requires.
+        let guard = crate::fault::register(
+            map.as_mut_ptr(),
+            map.len(),
+            access == Access::ReadWrite,
+            file.as_raw_fd(),
+        );
         Ok(Mapped {
             guard,
             map,
@@ -200,8 +219,8 @@ impl Mapped {
     /// Whether the file still covers the whole mapping. Touching mapped
     /// pages past the end of a shrunk file raises SIGBUS.
     fn check_len(&self) -> Result<(), AttachError> {
-        if self.faulted() {
-            return Err(AttachError::Shrunk);
+        if let Some(e) = self.fault_error() {
+            return Err(e);
         }
         let actual = self
             .file
@@ -215,8 +234,17 @@ impl Mapped {
         Ok(())
     }
 
-    /// Whether an access found the file shrunk under the mapping
-    /// (`fault.rs`); stays set once set.
+    /// The error that says why an access lost a page of the mapping, if
+    /// one did (`fault.rs`).
+    fn fault_error(&self) -> Option<AttachError> {
+        self.guard.as_ref()?.fault().map(|f| match f {
+            crate::fault::Fault::Shrunk => AttachError::Shrunk,
+            crate::fault::Fault::NoSpace => AttachError::NoSpace,
+        })
+    }
+
+    /// Whether an access lost a page of the mapping: the file shrunk under
+    /// it, or had no space for it (`fault.rs`); stays set once set.
     #[inline]
     fn faulted(&self) -> bool {
         self.guard
@@ -241,9 +269,15 @@ impl Mapped {
     }
 }
 
-/// Creates the region file exclusively and maps it.
+/// Creates the region file exclusively, reserves its space (unless
+/// `sparse`) and maps it. A failure after the file was created removes it,
+/// so that the same path can be created again.
 #[cfg(not(edgemark_loom))]
-pub(crate) fn create_file(path: &Path, header: &Header) -> Result<Storage, CreateError> {
+pub(crate) fn create_file(
+    path: &Path,
+    header: &Header,
+    sparse: bool,
+) -> Result<Storage, CreateError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -263,19 +297,117 @@ pub(crate) fn create_file(path: &Path, header: &Header) -> Result<Storage, Creat
         .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
         .open(path)
         .map_err(io)?;
-    // The umask may have cleared the group bits we were asked for.
-    if header.group_access {
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(mode))
-            .map_err(io)?;
-    }
     let len = header.layout.bytes();
-    let mapped = file
-        .set_len(len)
-        .and_then(|()| Mapped::new(file, len, Access::ReadWrite))
-        .map_err(io)?;
+    let made = (|| {
+        // The umask may have cleared the group bits we were asked for.
+        if header.group_access {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(io)?;
+        }
+        if sparse {
+            file.set_len(len).map_err(io)?;
+        } else {
+            reserve(&file, len).map_err(|e| no_space(path, len, e).unwrap_or_else(io))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = made {
+        remove_created(path, &file);
+        return Err(e);
+    }
+    let mapped = match file.try_clone() {
+        Ok(f) => Mapped::new(f, len, Access::ReadWrite),
+        Err(e) => Err(e),
+    };
+    let mapped = match mapped {
+        Ok(m) => m,
+        Err(e) => {
+            remove_created(path, &file);
+            return Err(io(e));
+        }
+    };
     write_header(mapped.words(), header);
     Ok(Storage::Mapped(mapped))
+}
+
+/// Gives the file `len` bytes of allocated space (`posix_fallocate`: the
+/// kernel's `fallocate`, or glibc's block-by-block fallback on a file system
+/// without it), so that no page of the region can later fail for want of
+/// space.
+#[cfg(not(edgemark_loom))]
+fn reserve(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len =
+        libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: `file` is an open descriptor this function borrows for
+        // the call; `posix_fallocate` reads no memory of ours.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        match rc {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// The "no space" error for a reservation that failed with `ENOSPC` or
+/// `EDQUOT`; `None` for any other error.
+#[cfg(not(edgemark_loom))]
+fn no_space(path: &Path, bytes: u64, e: std::io::Error) -> Result<CreateError, std::io::Error> {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => {}
+        _ => return Err(e),
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let available = rustix::fs::statvfs(&dir)
+        .ok()
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize));
+    Ok(CreateError::NoSpace {
+        path: path.to_owned(),
+        bytes,
+        filesystem: mount_point(&dir),
+        available,
+    })
+}
+
+/// The mount point of the file system that holds `dir`: its highest
+/// ancestor on the same device (or `dir` itself if that cannot be told).
+#[cfg(not(edgemark_loom))]
+fn mount_point(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return dir.to_owned();
+    };
+    let Ok(dev) = std::fs::metadata(&dir).map(|m| m.dev()) else {
+        return dir;
+    };
+    let mut top = dir.as_path();
+    while let Some(up) = top.parent() {
+        match std::fs::metadata(up) {
+            Ok(m) if m.dev() == dev => top = up,
+            _ => break,
+        }
+    }
+    top.to_owned()
+}
+
+/// Removes the file this process just created at `path`, if the path still
+/// names it (same device and inode): a failed creation leaves nothing
+/// behind, and never removes a file that replaced ours meanwhile.
+#[cfg(not(edgemark_loom))]
+fn remove_created(path: &Path, file: &std::fs::File) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(ours), Ok(there)) = (file.metadata(), std::fs::symlink_metadata(path)) else {
+        return;
+    };
+    if ours.dev() == there.dev() && ours.ino() == there.ino() {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Creates the region in a sealed memory file (`memfd_create` with
@@ -415,9 +547,9 @@ pub(crate) fn open_file(
     }
     let mapped = Mapped::new(file, len, access).map_err(io)?;
     let header = read_header(mapped.words(), len)?;
-    if mapped.faulted() {
-        // Shrunk while the header was read: what was read is zeros.
-        return Err(AttachError::Shrunk);
+    if let Some(e) = mapped.fault_error() {
+        // A page lost while the header was read: what was read is zeros.
+        return Err(e);
     }
     Ok(Opened {
         storage: Storage::Mapped(mapped),
