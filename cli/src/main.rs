@@ -361,7 +361,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             // again, once the file is whole.
             let again = path.clone();
             let source =
-                crate::serve::Source::new(rec, move || attach_for_reading(&again, trust).ok());
+                crate::serve::Source::new(rec, path, move || attach_for_reading(&again, trust));
             crate::serve::serve(source, listener, serve_for)?;
         }
         Command::Top {
