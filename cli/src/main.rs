@@ -2,10 +2,11 @@
 
 mod demo;
 mod ops;
+mod out;
 mod serve;
 mod views;
 
-use std::io::Write;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -14,6 +15,7 @@ use clap::{Parser, Subcommand};
 use edgemark::{Edge, Recorder};
 
 use crate::ops::{Op, RecordArgs, StartArgs, TokenArg, Trust};
+use crate::out::outln;
 
 /// A shared-memory recorder of first-event timestamps for pipeline stage
 /// edges.
@@ -106,7 +108,7 @@ enum Command {
         /// The region file.
         path: PathBuf,
         /// Seconds between refreshes.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
         interval: f64,
         /// Stop after this many refreshes.
         #[arg(long)]
@@ -121,7 +123,7 @@ enum Command {
         /// The region file.
         path: PathBuf,
         /// Seconds between refreshes.
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
         interval: f64,
         #[command(flatten)]
         trust: Trust,
@@ -151,7 +153,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
         /// Stop after this many seconds (default: run until killed).
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         serve_for: Option<f64>,
         #[command(flatten)]
         trust: Trust,
@@ -219,8 +221,19 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let code = match run(cli) {
+    let code = match run(cli).and_then(|code| {
+        out::flush()?;
+        Ok(code)
+    }) {
         Ok(code) => code,
+        // The reader of a pipe went away (`| head -1`): it wanted no more.
+        Err(e)
+            if e.chain()
+                .find_map(|c| c.downcast_ref::<out::StdoutError>())
+                .is_some_and(out::StdoutError::is_closed_pipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("edgemark: {e:#}");
             ExitCode::FAILURE
@@ -266,7 +279,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 quiet,
             };
             let result = crate::demo::run(&opts)?;
-            print!("{}", crate::demo::summary(&result));
+            out::write(&crate::demo::summary(&result))?;
             if let Some(file) = html {
                 crate::views::html::write_demo(&result.finals, &file)?;
             }
@@ -298,16 +311,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let rec = b.create(&path)?;
             let info = rec.info().expect("an enabled recorder");
-            println!(
+            outln!(
                 "created {} ({} bytes, {} slots, region {:016x})",
                 path.display(),
                 info.bytes,
                 info.slots,
                 info.region_id
             );
-            println!("clock   {}", info.clock_kind);
+            outln!("clock   {}", info.clock_kind);
             if info.clock_kind != asked {
-                println!(
+                outln!(
                     "note: the {asked} clock is not trusted on this machine; \
                      the region uses the {} clock",
                     info.clock_kind
@@ -325,20 +338,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
             trust,
         } => {
             let rec = attach_for_reading(&path, trust)?;
-            if !(interval.is_finite() && interval > 0.0) {
+            let interval = seconds("--interval", interval)?;
+            if interval.is_zero() {
                 bail!("--interval must be a positive number of seconds");
             }
+            // In place on a terminal; through a pipe or into a file, plain
+            // text, one refresh after another, a blank line between them.
+            let terminal = std::io::stdout().is_terminal();
             let mut n = 0u64;
             loop {
-                // Clear the screen and home the cursor.
-                print!("\x1b[2J\x1b[H");
+                if terminal {
+                    // Clear the screen and home the cursor.
+                    out::write("\x1b[2J\x1b[H")?;
+                } else if n > 0 {
+                    out::write("\n")?;
+                }
                 inspect(&rec, false)?;
-                std::io::stdout().flush()?;
+                out::flush()?;
                 n += 1;
                 if count.is_some_and(|c| n >= c) {
                     break;
                 }
-                std::thread::sleep(std::time::Duration::from_secs_f64(interval));
+                std::thread::sleep(interval);
             }
         }
         Command::Export {
@@ -349,14 +370,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => {
             let rec = attach_for_reading(&path, trust)?;
             let serve_for = match serve_for {
-                Some(s) if s.is_finite() && s >= 0.0 => Some(std::time::Duration::from_secs_f64(s)),
-                Some(_) => bail!("--serve-for must be a number of seconds"),
+                Some(s) => Some(seconds("--serve-for", s)?),
                 None => None,
             };
             let listener = std::net::TcpListener::bind(listen.as_str())
                 .with_context(|| format!("cannot listen on {listen}"))?;
-            println!("serving http://{}/metrics", listener.local_addr()?);
-            std::io::stdout().flush()?;
+            outln!("serving http://{}/metrics", listener.local_addr()?);
+            out::flush()?;
             // After a shrink found by a scrape, the next scrape attaches
             // again, once the file is whole.
             let again = path.clone();
@@ -375,7 +395,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let r = rec
                 .reclaim_dead_owners()
                 .context("the region changed under this process")?;
-            println!(
+            outln!(
                 "freed {} slots ({} of dead owners, {} left locked by dead processes)",
                 r.freed(),
                 r.dead_owners,
@@ -401,10 +421,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `secs` seconds as a duration, or a one-line error naming `option`: for a
+/// negative or non-finite number, and for one too large to represent.
+fn seconds(option: &str, secs: f64) -> Result<std::time::Duration> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        bail!("{option} must be a number of seconds, not {secs}");
+    }
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+        anyhow!(
+            "{option} {secs:e} is too long: at most {:e} seconds",
+            u64::MAX as f64
+        )
+    })
+}
+
 /// Runs one operation on the region at `path` and prints its line.
 fn op(path: &Path, trust: Trust, op: Op) -> Result<()> {
     let rec = attach(path, trust)?;
-    println!("{}", ops::run(&rec, op, false)?);
+    outln!("{}", ops::run(&rec, op, false)?);
     Ok(())
 }
 
@@ -466,18 +500,21 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             "free_slots": u64::from(info.slots) - open.len() as u64,
             "open": open.iter().map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s})).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("region     {:016x}", info.region_id);
-    println!(
+    outln!("region     {:016x}", info.region_id);
+    outln!(
         "geometry   {} slots x {} bytes, {} segments kept per edge, {} bytes in all",
-        info.slots, info.slot_stride, info.segments, info.bytes
+        info.slots,
+        info.slot_stride,
+        info.segments,
+        info.bytes
     );
     let edges: Vec<String> = rec.edges().iter().map(|e| e.to_string()).collect();
-    println!("edges      {}", edges.join(", "));
+    outln!("edges      {}", edges.join(", "));
     for e in schema.events() {
-        println!(
+        outln!(
             "event      {} ({}{})",
             e.name(),
             schema.domain_name(e.domain()).unwrap_or("?"),
@@ -488,8 +525,8 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             }
         );
     }
-    println!("domains    {}", schema.domains().join(", "));
-    println!(
+    outln!("domains    {}", schema.domains().join(", "));
+    outln!(
         "clock      {}, boot {:032x}, time namespace {} ({})",
         info.clock_kind,
         info.clock.boot_id,
@@ -500,20 +537,20 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             "NOT this process's clock"
         }
     );
-    println!("creator    pid {}", info.creator_pid);
-    println!(
+    outln!("creator    pid {}", info.creator_pid);
+    outln!(
         "occupancy  {} open, {} free",
         open.len(),
         u64::from(info.slots) - open.len() as u64
     );
-    println!("dropped    {} segments", counters.dropped_segments);
+    outln!("dropped    {} segments", counters.dropped_segments);
     for (o, n) in &counters.refused {
         if *n > 0 {
-            println!("refused    {o}: {n}");
+            outln!("refused    {o}: {n}");
         }
     }
     for (t, s) in &open {
-        println!("open       {t} {}", serde_json::to_string(s)?);
+        outln!("open       {t} {}", serde_json::to_string(s)?);
     }
     Ok(())
 }

@@ -170,7 +170,8 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
 
 /// Runs one command per line of `input`, writing one line per command to
 /// `out`: the command's output, or `error <reason>` for a line that is not
-/// UTF-8, does not parse or fails. Stops at the end of the input.
+/// UTF-8, does not parse or fails. Stops at the end of the input, or when
+/// `out` fails (a [`StdoutError`](crate::out::StdoutError)).
 pub(crate) fn batch(rec: &Recorder, input: &mut impl BufRead, out: &mut impl Write) -> Result<()> {
     let mut line = Vec::new();
     loop {
@@ -179,8 +180,9 @@ pub(crate) fn batch(rec: &Recorder, input: &mut impl BufRead, out: &mut impl Wri
             return Ok(());
         }
         let reply = batch_line(rec, &line).unwrap_or_else(|e| format!("error {e:#}"));
-        writeln!(out, "{reply}")?;
-        out.flush()?;
+        writeln!(out, "{reply}")
+            .and_then(|()| out.flush())
+            .map_err(crate::out::StdoutError)?;
     }
 }
 

@@ -445,3 +445,163 @@ fn create_takes_the_clock_and_inspect_shows_it() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("sundial"));
 }
+
+/// Runs `edgemark ARGS`, reads the first line of its output, closes the
+/// pipe, and returns how the command ended: what a `| head -1` does.
+fn first_line_then_close(args: &[&str]) -> (String, Output) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+        r.read_line(&mut first).unwrap();
+    }
+    (first, child.wait_with_output().unwrap())
+}
+
+fn assert_quiet_success(o: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+    assert_eq!(err, "", "{what}");
+}
+
+/// A region with `open` requests open (begun by a `batch` that has exited).
+fn busy_region(dir: &Path, open: usize) -> std::path::PathBuf {
+    let p = dir.join("busy.region");
+    let o = edgemark(&["create", p.to_str().unwrap(), "--edge", "0:1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tokens = batch(&p, "begin\n".repeat(open).as_bytes());
+    assert!(tokens.iter().all(|t| t.starts_with("em1.")));
+    p
+}
+
+#[test]
+fn export_for_longer_than_any_duration_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let p = p.to_str().unwrap();
+    for bad in ["1e20", "inf", "-1", "NaN"] {
+        let o = edgemark(&["export", p, "--listen", "127.0.0.1:0", "--serve-for", bad]);
+        assert_one_line_error(&o, bad);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--serve-for"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn watch_with_an_interval_longer_than_any_duration_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let p = p.to_str().unwrap();
+    for bad in ["1e30", "0", "-2", "inf"] {
+        let o = edgemark(&["watch", p, "--interval", bad, "--count", "2"]);
+        assert_one_line_error(&o, bad);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--interval"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn inspect_into_a_pipe_closed_early_stops_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    // More output than a pipe holds (about 40 bytes per open request).
+    let p = busy_region(dir.path(), 3000);
+    let (first, o) = first_line_then_close(&["inspect", p.to_str().unwrap()]);
+    assert!(first.starts_with("region "), "{first}");
+    assert_quiet_success(&o, "inspect | head -1");
+}
+
+#[test]
+fn watch_into_a_pipe_closed_early_stops_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let (first, o) = first_line_then_close(&[
+        "watch",
+        p.to_str().unwrap(),
+        "--count",
+        "3",
+        "--interval",
+        "0.2",
+    ]);
+    assert!(first.starts_with("region "), "{first:?}");
+    assert_quiet_success(&o, "watch --count 3 | head -1");
+}
+
+#[test]
+fn batch_into_a_pipe_closed_early_stops_quietly() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .arg("batch")
+        .arg(&p)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"snapshot em1.0000000000000001.0.1\n")
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+        r.read_line(&mut first).unwrap();
+    }
+    assert_eq!(first, "{}\n");
+    // The reader is gone; the next answer has nowhere to go.
+    let _ = stdin.write_all(b"snapshot em1.0000000000000001.0.1\n");
+    drop(stdin);
+    assert_quiet_success(&child.wait_with_output().unwrap(), "batch | head -1");
+}
+
+#[test]
+fn inspect_onto_a_full_device_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args(["inspect", p.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, "inspect > /dev/full");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cannot write to standard output: No space left on device"),
+        "{err}"
+    );
+}
+
+#[test]
+fn watch_through_a_pipe_is_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let o = edgemark(&[
+        "watch",
+        p.to_str().unwrap(),
+        "--count",
+        "2",
+        "--interval",
+        "0.05",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    // Two refreshes, a blank line between them.
+    assert_eq!(text.matches("region ").count(), 2, "{text}");
+    assert!(text.contains("\n\nregion "), "{text}");
+}
