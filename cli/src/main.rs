@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use edgemark::{Edge, Recorder};
 
-use crate::ops::{Op, RecordArgs, StartArgs, TokenArg, Trust};
+use crate::ops::{LookTrust, Op, RecordArgs, StartArgs, TokenArg, Trust};
 use crate::out::outln;
 
 /// A shared-memory recorder of first-event timestamps for pipeline stage
@@ -101,7 +101,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Refresh the `inspect` view until interrupted.
     Watch {
@@ -114,7 +114,7 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// A live terminal view: latency per edge of the requests closed
     /// since it started, rates, occupancy and the open requests
@@ -126,7 +126,7 @@ enum Command {
         #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
         interval: f64,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Write a latency page (waterfalls and histograms) of snapshots
     /// collected as JSON lines, as `demo --json` writes them.
@@ -156,7 +156,7 @@ enum Command {
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         serve_for: Option<f64>,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Begin a request and print its token.
     Begin {
@@ -191,7 +191,7 @@ enum Command {
         #[command(flatten)]
         args: TokenArg,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Close a request and print its final snapshot as JSON.
     Close {
@@ -251,8 +251,11 @@ fn named(path: &Path, e: edgemark::AttachError) -> anyhow::Error {
     match e {
         // These name the path themselves.
         edgemark::AttachError::Io(..) | edgemark::AttachError::NotRegularFile(_) => anyhow!(e),
-        edgemark::AttachError::ForeignOwner { .. } => anyhow!(
-            "{}: {e}; pass --allow-foreign-owner if you trust that user",
+        // The library's message ends with its own hint, in the library's
+        // terms: say it once, as this command's option.
+        edgemark::AttachError::ForeignOwner { uid } => anyhow!(
+            "{}: the region file belongs to uid {uid}, not to this user; \
+             pass --allow-foreign-owner if you trust that user",
             path.display()
         ),
         other => anyhow!("{}: {other}", path.display()),
@@ -327,17 +330,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
         }
-        Command::Inspect { path, json, trust } => {
-            let rec = attach_for_reading(&path, trust)?;
+        Command::Inspect { path, json, .. } => {
+            let rec = attach_for_reading(&path)?;
             inspect(&rec, json)?;
         }
         Command::Watch {
             path,
             interval,
             count,
-            trust,
+            ..
         } => {
-            let rec = attach_for_reading(&path, trust)?;
+            let rec = attach_for_reading(&path)?;
             let interval = seconds("--interval", interval)?;
             if interval.is_zero() {
                 bail!("--interval must be a positive number of seconds");
@@ -366,9 +369,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             path,
             listen,
             serve_for,
-            trust,
+            ..
         } => {
-            let rec = attach_for_reading(&path, trust)?;
+            let rec = attach_for_reading(&path)?;
             let serve_for = match serve_for {
                 Some(s) => Some(seconds("--serve-for", s)?),
                 None => None,
@@ -380,15 +383,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             // After a shrink found by a scrape, the next scrape attaches
             // again, once the file is whole.
             let again = path.clone();
-            let source =
-                crate::serve::Source::new(rec, path, move || attach_for_reading(&again, trust));
+            let source = crate::serve::Source::new(rec, path, move || attach_for_reading(&again));
             crate::serve::serve(source, listener, serve_for)?;
         }
-        Command::Top {
-            path,
-            interval,
-            trust,
-        } => crate::views::top::run(attach_for_reading(&path, trust)?, &path, interval)?,
+        Command::Top { path, interval, .. } => {
+            crate::views::top::run(attach_for_reading(&path)?, &path, interval)?
+        }
         Command::Report { snapshots, html } => crate::views::html::write_report(&snapshots, &html)?,
         Command::Reclaim { path, trust } => {
             let rec = attach_for_reclaim(&path, trust)?;
@@ -407,7 +407,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::StartSegment { path, args, trust } => {
             op(&path, trust, Op::StartSegment(args))?;
         }
-        Command::Snapshot { path, args, trust } => op(&path, trust, Op::Snapshot(args))?,
+        // Only reads: read permission (and a read-only mount) is enough.
+        Command::Snapshot { path, args, .. } => {
+            let rec = attach_for_reading(&path)?;
+            outln!("{}", ops::run(&rec, Op::Snapshot(args), false)?);
+        }
         Command::Close { path, args, trust } => op(&path, trust, Op::Close(args))?,
         Command::Batch { path, trust } => {
             let rec = attach(&path, trust)?;
@@ -443,10 +447,13 @@ fn op(path: &Path, trust: Trust, op: Op) -> Result<()> {
 }
 
 /// Attach to look only: read permission is enough (the file is opened and
-/// mapped read-only), and a foreign clock is no reason not to look.
-fn attach_for_reading(path: &Path, trust: Trust) -> Result<Recorder> {
-    trust
-        .options()
+/// mapped read-only), and neither a foreign clock nor a foreign owner is a
+/// reason not to look: this process cannot write the region, and whatever
+/// the owner puts in the file gives a clear error or a working region (a
+/// file shrunk under the mapping included), never a crash.
+fn attach_for_reading(path: &Path) -> Result<Recorder> {
+    edgemark::AttachOptions::new()
+        .allow_foreign_owner(true)
         .allow_foreign_clock(true)
         .read_only(true)
         .attach(path)

@@ -29,6 +29,17 @@ impl Trust {
     }
 }
 
+/// The trust option of the commands that only look (`inspect`, `watch`,
+/// `top`, `export`, `snapshot`): they attach read-only and accept a file of
+/// another user without it, since they cannot write it; the option is
+/// still accepted, hidden, so that scripts that pass it keep working.
+#[derive(Args, Debug, Clone, Copy)]
+pub(crate) struct LookTrust {
+    /// Accepted and not needed: this command only reads the region.
+    #[arg(long, hide = true)]
+    pub(crate) allow_foreign_owner: bool,
+}
+
 /// `record`'s arguments after the region's path.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct RecordArgs {
@@ -157,13 +168,29 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
         Op::Snapshot(a) => serde_json::to_string(&rec.snapshot(a.token))?,
         Op::Close(a) => {
             let last = rec.close(a.token);
-            if last.state() == RequestState::Busy {
-                bail!(
+            match last.state() {
+                RequestState::Busy => bail!(
                     "request {} is busy: another control operation holds it; close it again",
                     a.token
-                );
+                ),
+                // The library's close is idempotent and says only "gone";
+                // a person closing by hand is told which mistake it was.
+                RequestState::Gone => {
+                    let here = rec.info().map_or(0, |i| i.region_id);
+                    if a.token.region_id() != here {
+                        bail!(
+                            "foreign region: token {} is of region {:016x}, and this is region {here:016x}",
+                            a.token,
+                            a.token.region_id()
+                        );
+                    }
+                    bail!(
+                        "request {} is not open: it was closed already (or reclaimed, and its slot reused)",
+                        a.token
+                    );
+                }
+                RequestState::Open | RequestState::Closed => serde_json::to_string(&last)?,
             }
-            serde_json::to_string(&last)?
         }
     })
 }

@@ -396,17 +396,31 @@ fn a_region_of_another_user_needs_allow_foreign_owner() {
         eprintln!("SKIPPED: not allowed to give a file to another user here");
         return;
     }
-    for args in [vec!["inspect", ps], vec!["begin", ps], vec!["batch", ps]] {
+    // Commands that write are refused, and told once how to go on.
+    for args in [vec!["begin", ps], vec!["batch", ps], vec!["reclaim", ps]] {
         let o = edgemark(&args);
         assert_one_line_error(&o, &format!("{args:?}"));
         let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+        assert_eq!(err.matches("foreign").count(), 1, "{err}");
+        assert!(err.contains("pass --allow-foreign-owner"), "{err}");
+    }
+    // Commands that only read cannot change the file, and need no flag
+    // (and still take it).
+    let token = "em1.0000000000000001.0.1";
+    for args in [
+        vec!["inspect", ps],
+        vec!["inspect", ps, "--json", "--allow-foreign-owner"],
+        vec!["watch", ps, "--count", "1"],
+        vec!["snapshot", ps, token],
+    ] {
+        let o = edgemark(&args);
         assert!(
-            err.contains("another user") || err.contains("owner"),
-            "{err}"
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
         );
     }
-    let o = edgemark(&["inspect", ps, "--json", "--allow-foreign-owner"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let token = stdout(&edgemark(&["begin", ps, "--allow-foreign-owner"]));
     assert!(token.starts_with("em1."), "{token}");
 }
@@ -604,4 +618,42 @@ fn watch_through_a_pipe_is_plain_text() {
     // Two refreshes, a blank line between them.
     assert_eq!(text.matches("region ").count(), 2, "{text}");
     assert!(text.contains("\n\nregion "), "{text}");
+}
+
+#[test]
+fn closing_a_request_twice_or_in_another_region_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = region(dir.path());
+    let b = dir.path().join("b.region");
+    let o = edgemark(&["create", b.to_str().unwrap(), "--edge", "0:1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let token_of_b = stdout(&edgemark(&["begin", b])).trim().to_owned();
+    let o = edgemark(&["close", a, &token_of_b]);
+    assert_one_line_error(&o, "close A TOKEN_OF_B");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("foreign region"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The request in B is untouched, and closes once.
+    let first = edgemark(&["close", b, &token_of_b]);
+    assert!(first.status.success());
+    assert_eq!(stdout(&first).trim(), "{}");
+    let again = edgemark(&["close", b, &token_of_b]);
+    assert_one_line_error(&again, "close twice");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("is not open"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    // In a batch, the same answers are error lines, and the batch goes on.
+    let b_path = Path::new(b);
+    let lines = batch(
+        b_path,
+        format!("close {token_of_b}\nclose em1.0000000000000001.0.1\nbegin\n").as_bytes(),
+    );
+    assert!(lines[0].starts_with("error request"), "{lines:?}");
+    assert!(lines[1].starts_with("error foreign region"), "{lines:?}");
+    assert!(lines[2].starts_with("em1."), "{lines:?}");
 }
