@@ -33,10 +33,10 @@ enum Command {
     /// each boundary and each delta between them.
     Demo {
         /// Requests to run.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 600, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         requests: u32,
         /// Requests open at once.
-        #[arg(long, default_value_t = 12)]
+        #[arg(long, default_value_t = 12, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         concurrency: u32,
         /// Write each final snapshot to FILE, one JSON object per line.
         #[arg(long, value_name = "FILE")]
@@ -76,10 +76,10 @@ enum Command {
         #[arg(long = "edge", required = true, value_parser = ops::parse_edge, value_name = "EDGE")]
         edges: Vec<Edge>,
         /// Request slots.
-        #[arg(long, default_value_t = 4096)]
+        #[arg(long, default_value_t = 4096, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         slots: u32,
         /// Segments kept per edge of a request.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         segments: u32,
         /// An extra clock domain for values measured elsewhere (repeatable).
         #[arg(long = "domain")]
@@ -111,7 +111,7 @@ enum Command {
         #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
         interval: f64,
         /// Stop after this many refreshes.
-        #[arg(long)]
+        #[arg(long, value_parser = ops::parse_count::<u64>, allow_negative_numbers = true)]
         count: Option<u64>,
         #[command(flatten)]
         trust: LookTrust,
@@ -273,6 +273,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             quiet,
             html,
         } => {
+            // Both output files are opened before the run, so that a path
+            // that cannot be written fails at once, not after the demo.
+            let json = json
+                .map(|p| create_output(&p).map(|f| (p, f)))
+                .transpose()?;
+            let html = html
+                .map(|p| create_output(&p).map(|f| (p, f)))
+                .transpose()?;
             let opts = crate::demo::DemoOptions {
                 requests,
                 concurrency,
@@ -283,8 +291,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let result = crate::demo::run(&opts)?;
             out::write(&crate::demo::summary(&result))?;
-            if let Some(file) = html {
-                crate::views::html::write_demo(&result.finals, &file)?;
+            if let Some((p, _)) = &opts.json {
+                outln!("snapshots written to {}", p.display());
+            }
+            if let Some((p, file)) = html {
+                crate::views::html::write_demo(&result.finals, &p, file)?;
+                outln!("latency page written to {}", p.display());
             }
         }
         Command::StageWorker {
@@ -303,6 +315,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             clock,
         } => {
             let asked: edgemark::Clock = clock.parse().map_err(anyhow::Error::msg)?;
+            // The library refuses both with one message; say which it is.
+            for (i, e) in edges.iter().enumerate() {
+                if e.from == e.to {
+                    bail!("edge {e} joins stage {} to itself", e.from);
+                }
+                if edges[..i].contains(e) {
+                    bail!("edge {e} is declared twice");
+                }
+            }
             let mut b = Recorder::builder()
                 .edges(edges)
                 .slots(slots)
@@ -389,7 +410,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Top { path, interval, .. } => {
             crate::views::top::run(attach_for_reading(&path)?, &path, interval)?
         }
-        Command::Report { snapshots, html } => crate::views::html::write_report(&snapshots, &html)?,
+        Command::Report { snapshots, html } => {
+            crate::views::html::write_report(&snapshots, &html)?;
+            outln!("latency page written to {}", html.display());
+        }
         Command::Reclaim { path, trust } => {
             let rec = attach_for_reclaim(&path, trust)?;
             let r = rec
@@ -423,6 +447,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Creates (or truncates) an output file named by an option, with an error
+/// that names it.
+fn create_output(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `secs` seconds as a duration, or a one-line error naming `option`: for a

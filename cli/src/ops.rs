@@ -122,6 +122,25 @@ struct BatchLine {
     op: Op,
 }
 
+/// A count given to an option (`--slots`, `--requests`, ...): a whole
+/// number, with a message that says what is wrong with a negative one (clap
+/// alone would take `-1` for an option).
+pub(crate) fn parse_count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let t = s.trim();
+    if let Some(rest) = t.strip_prefix('-') {
+        if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
+            return Err("a count cannot be negative".to_owned());
+        }
+    }
+    t.parse::<T>().map_err(|_| {
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            "too large".to_owned()
+        } else {
+            "not a whole number".to_owned()
+        }
+    })
+}
+
 /// An edge written `FROM->TO` or `FROM:TO`.
 pub(crate) fn parse_edge(s: &str) -> Result<Edge, String> {
     let (a, b) = s

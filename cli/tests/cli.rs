@@ -657,3 +657,162 @@ fn closing_a_request_twice_or_in_another_region_is_an_error() {
     assert!(lines[1].starts_with("error foreign region"), "{lines:?}");
     assert!(lines[2].starts_with("em1."), "{lines:?}");
 }
+
+#[test]
+fn demo_refuses_an_output_path_it_cannot_write_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let nowhere = dir.path().join("no-such-dir");
+    for option in ["--html", "--json"] {
+        let file = nowhere.join("out");
+        let o = edgemark(&[
+            "demo",
+            "--quiet",
+            "--requests",
+            "1000000",
+            option,
+            file.to_str().unwrap(),
+        ]);
+        assert_one_line_error(&o, option);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("cannot write {}", file.display())),
+            "{err}"
+        );
+        // Nothing ran: no region, no summary.
+        assert_eq!(stdout(&o), "", "{option}");
+    }
+}
+
+#[test]
+fn demo_says_its_concurrency_bound_in_its_own_terms() {
+    let o = edgemark(&["demo", "--quiet", "--concurrency", "2000000"]);
+    assert_one_line_error(&o, "--concurrency 2000000");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--concurrency 2000000"), "{err}");
+    assert!(!err.contains("slot"), "{err}");
+}
+
+#[test]
+fn demo_names_its_region_at_the_start_and_keeps_it_tidy_and_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let o = edgemark(&["demo", "--quiet", "--keep", "--requests", "20"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let region = out
+        .lines()
+        .find_map(|l| l.strip_prefix("region kept at "))
+        .map(std::path::PathBuf::from)
+        .unwrap();
+    let dir = region.parent().unwrap().to_owned();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(dir.clone());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let shown = region.display().to_string();
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.contains(&shown), "{err}");
+    assert!(err.contains(&format!("edgemark top {shown}")), "{err}");
+    assert!(err.contains(&format!("edgemark export {shown}")), "{err}");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["demo.region"]);
+}
+
+#[test]
+fn demo_and_report_say_where_they_wrote_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.jsonl");
+    let page = dir.path().join("demo.html");
+    let o = edgemark(&[
+        "demo",
+        "--quiet",
+        "--requests",
+        "20",
+        "--json",
+        json.to_str().unwrap(),
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("latency page written to {}\n", page.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("snapshots written to {}\n", json.display())),
+        "{out}"
+    );
+    assert!(std::fs::metadata(&page).unwrap().len() > 0);
+    let report = dir.path().join("report.html");
+    let o = edgemark(&[
+        "report",
+        json.to_str().unwrap(),
+        "--html",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        stdout(&o),
+        format!("latency page written to {}\n", report.display())
+    );
+}
+
+#[test]
+fn create_names_the_edge_it_refuses_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let p = p.to_str().unwrap();
+    let o = edgemark(&[
+        "create", p, "--edge", "0:1", "--edge", "1:2", "--edge", "0->1",
+    ]);
+    assert_one_line_error(&o, "twice");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("edge 0->1 is declared twice"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = edgemark(&["create", p, "--edge", "0:1", "--edge", "2:2"]);
+    assert_one_line_error(&o, "itself");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("edge 2->2 joins stage 2 to itself"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_negative_count_is_refused_as_negative() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let p = p.to_str().unwrap();
+    for (args, option) in [
+        (
+            vec!["create", p, "--edge", "0:1", "--slots", "-1"],
+            "--slots",
+        ),
+        (
+            vec!["create", p, "--edge", "0:1", "--segments", "-3"],
+            "--segments",
+        ),
+        (vec!["demo", "--requests", "-5"], "--requests"),
+    ] {
+        let o = edgemark(&args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(option), "{args:?}: {err}");
+        assert!(
+            err.contains("a count cannot be negative"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("-- -"), "{args:?}: {err}");
+    }
+}
