@@ -70,6 +70,10 @@ pub struct ReclaimReport {
     /// Slots left locked by a process that died inside begin, start segment
     /// or close.
     pub dead_holders: u32,
+    /// Of `dead_holders`, requests locked by a process that died inside
+    /// start segment while their owner still runs: freed all the same, so
+    /// the live owner's values are discarded and its later calls refused.
+    pub live_owners_locked: u32,
 }
 
 impl ReclaimReport {

@@ -425,6 +425,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 r.dead_owners,
                 r.dead_holders
             );
+            if r.live_owners_locked > 0 {
+                outln!(
+                    "closed {} requests of live owners, locked by a process that died inside start-segment: their values are discarded",
+                    r.live_owners_locked
+                );
+            }
         }
         Command::Begin { path, trust } => op(&path, trust, Op::Begin)?,
         Command::Record { path, args, trust } => op(&path, trust, Op::Record(args))?,

@@ -816,3 +816,46 @@ fn a_negative_count_is_refused_as_negative() {
         assert!(!err.contains("-- -"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn reclaim_says_when_it_closed_a_live_owners_request() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    // This process owns the requests, and lives on.
+    let rec = edgemark::Recorder::builder()
+        .edge(0, 1)
+        .slots(4)
+        .create(&p)
+        .unwrap();
+    let locked = rec.begin().unwrap();
+    let other = rec.begin().unwrap();
+    // As if another process died inside a segment start on `locked`: its
+    // slot's head word says "segmenting (state 3), held by a dead pid".
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let info = rec.info().unwrap();
+    let head_at = info.slots_offset + u64::from(locked.slot()) * info.slot_stride;
+    let head = (u64::from(locked.generation()) << 32) | (u64::from(dead_pid) << 8) | 3;
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all_at(&head.to_le_bytes(), head_at).unwrap();
+
+    let o = edgemark(&["reclaim", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("freed 1 slots (0 of dead owners, 1 left locked"),
+        "{out}"
+    );
+    assert!(
+        out.contains("closed 1 requests of live owners")
+            && out.contains("their values are discarded"),
+        "{out}"
+    );
+    assert_eq!(rec.snapshot(locked).state(), edgemark::RequestState::Gone);
+    assert_eq!(rec.snapshot(other).state(), edgemark::RequestState::Open);
+    // A plain reclaim of a dead holder says nothing of live owners.
+    let o = edgemark(&["reclaim", p.to_str().unwrap()]);
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
+}
