@@ -208,7 +208,8 @@ enum Command {
     /// The commands are `begin`, `record`, `start-segment` (or `start`),
     /// `snapshot` and `close`, with the same arguments as on the command
     /// line minus the region's path, for example
-    /// `record TOKEN 0:1 producer_first_nonempty_emit --chunk-seq 0`. A line
+    /// `record TOKEN 0:1 producer_first_nonempty_emit --chunk-seq 0`; `help`
+    /// lists them with their arguments on one line. A line
     /// that fails, does not parse or is not UTF-8 gets `error <reason>`, and
     /// the batch goes on.
     Batch {

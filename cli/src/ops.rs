@@ -232,6 +232,40 @@ pub(crate) fn batch(rec: &Recorder, input: &mut impl BufRead, out: &mut impl Wri
     }
 }
 
+/// `help` in a batch: every command with its arguments, on one line (a
+/// batch answers each line with one line), from the same clap definitions
+/// that parse them.
+fn help_line() -> String {
+    use clap::CommandFactory;
+    let cmd = BatchLine::command();
+    let mut commands: Vec<String> = cmd
+        .get_subcommands()
+        .map(|sub| {
+            let mut parts = vec![sub.get_name().to_owned()];
+            for arg in sub.get_arguments() {
+                let value = || {
+                    arg.get_value_names()
+                        .and_then(|v| v.first())
+                        .map_or_else(|| arg.get_id().as_str().to_uppercase(), |v| v.to_string())
+                };
+                if arg.is_positional() {
+                    parts.push(value());
+                } else if let Some(long) = arg.get_long() {
+                    let takes = arg.get_action().takes_values();
+                    parts.push(if takes {
+                        format!("[--{long} {}]", value())
+                    } else {
+                        format!("[--{long}]")
+                    });
+                }
+            }
+            parts.join(" ")
+        })
+        .collect();
+    commands.push("help".to_owned());
+    format!("commands: {}", commands.join(" | "))
+}
+
 fn batch_line(rec: &Recorder, line: &[u8]) -> Result<String> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -244,6 +278,9 @@ fn batch_line(rec: &Recorder, line: &[u8]) -> Result<String> {
     let words = shlex::split(line).ok_or_else(|| anyhow!("unbalanced quotes"))?;
     if words.is_empty() {
         bail!("empty line");
+    }
+    if words[0] == "help" {
+        return Ok(help_line());
     }
     let parsed = BatchLine::try_parse_from(&words).map_err(|e| {
         // clap's message on one line, without its "error: ", usage or tip.

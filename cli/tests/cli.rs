@@ -859,3 +859,42 @@ fn reclaim_says_when_it_closed_a_live_owners_request() {
     let o = edgemark(&["reclaim", p.to_str().unwrap()]);
     assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
 }
+
+#[test]
+fn batch_help_lists_every_command_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let lines = batch(&p, b"help\nbegin\n");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let help = &lines[0];
+    assert!(
+        help.starts_with("commands: begin | record TOKEN EDGE EVENT"),
+        "{help}"
+    );
+    for needle in [
+        "[--chunk-seq N]",
+        "[--not-meaningful]",
+        "start-segment TOKEN EDGE SEGMENT",
+        "snapshot TOKEN",
+        "close TOKEN",
+    ] {
+        assert!(help.contains(needle), "{needle} missing from {help}");
+    }
+    assert!(lines[1].starts_with("em1."), "{lines:?}");
+}
+
+#[test]
+fn both_readmes_give_the_same_install_command() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let install = |readme: &str| -> Vec<String> {
+        std::fs::read_to_string(root.join(readme))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("pip install"))
+            .map(|l| l.split('#').next().unwrap().trim().to_owned())
+            .collect()
+    };
+    let (top, python) = (install("README.md"), install("python/README.md"));
+    assert_eq!(top.len(), 1, "{top:?}");
+    assert_eq!(top, python);
+}

@@ -78,6 +78,11 @@ fn a_scrape_answers_with_every_metric_in_the_classic_text_format() {
         request(server.addr, "GET", "/nope").status,
         "HTTP/1.1 404 Not Found"
     );
+    // The root points a person with a browser to the metrics (docs/cli.md).
+    let root = request(server.addr, "GET", "/");
+    assert_eq!(root.status, "HTTP/1.1 200 OK");
+    assert!(root.body.contains("/metrics"), "{}", root.body);
+    assert!(!root.body.contains("edgemark_"), "{}", root.body);
 }
 
 #[test]
