@@ -904,3 +904,34 @@ fn both_readmes_give_the_same_install_command() {
     assert_eq!(top.len(), 1, "{top:?}");
     assert_eq!(top, python);
 }
+
+#[test]
+fn snapshot_reads_a_region_on_a_read_only_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let token = stdout(&edgemark(&["begin", p.to_str().unwrap()]))
+        .trim()
+        .to_owned();
+    // A private mount namespace in which the directory is bound read-only
+    // over itself (root only; CI runs as root).
+    let script = format!(
+        "mount --bind -o ro '{d}' '{d}' || exit 77\n'{bin}' snapshot '{p}' {token}\n",
+        d = dir.path().display(),
+        bin = env!("CARGO_BIN_EXE_edgemark"),
+        p = p.display(),
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    if !matches!(o.status.code(), Some(0 | 1)) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root and can mount: {o:?}"
+        );
+        eprintln!("SKIPPED: no read-only bind mount here ({o:?})");
+        return;
+    }
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "{}");
+}
