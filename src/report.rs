@@ -118,6 +118,10 @@ pub struct ReclaimReport {
     /// ([`Recorder::reclaim_dead_owners_in_this_namespace`](crate::Recorder::reclaim_dead_owners_in_this_namespace)
     /// judges them anyway).
     pub unjudged: Option<PidsUnjudged>,
+    /// Of `dead_holders`, requests locked by a process that died inside
+    /// start segment while their owner still runs: freed all the same, so
+    /// the live owner's values are discarded and its later calls refused.
+    pub live_owners_locked: u32,
 }
 
 impl ReclaimReport {

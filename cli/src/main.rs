@@ -2,10 +2,11 @@
 
 mod demo;
 mod ops;
+mod out;
 mod serve;
 mod views;
 
-use std::io::Write;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -13,7 +14,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use edgemark::{Edge, Recorder};
 
-use crate::ops::{Op, RecordArgs, StartArgs, TokenArg, Trust};
+use crate::ops::{LookTrust, Op, RecordArgs, StartArgs, TokenArg, Trust};
+use crate::out::outln;
 
 /// A shared-memory recorder of first-event timestamps for pipeline stage
 /// edges.
@@ -31,10 +33,10 @@ enum Command {
     /// each boundary and each delta between them.
     Demo {
         /// Requests to run.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 600, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         requests: u32,
         /// Requests open at once.
-        #[arg(long, default_value_t = 12)]
+        #[arg(long, default_value_t = 12, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         concurrency: u32,
         /// Write each final snapshot to FILE, one JSON object per line.
         #[arg(long, value_name = "FILE")]
@@ -74,10 +76,10 @@ enum Command {
         #[arg(long = "edge", required = true, value_parser = ops::parse_edge, value_name = "EDGE")]
         edges: Vec<Edge>,
         /// Request slots.
-        #[arg(long, default_value_t = 4096)]
+        #[arg(long, default_value_t = 4096, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         slots: u32,
         /// Segments kept per edge of a request.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         segments: u32,
         /// An extra clock domain for values measured elsewhere (repeatable).
         #[arg(long = "domain")]
@@ -99,20 +101,20 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Refresh the `inspect` view until interrupted.
     Watch {
         /// The region file.
         path: PathBuf,
         /// Seconds between refreshes.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
         interval: f64,
         /// Stop after this many refreshes.
-        #[arg(long)]
+        #[arg(long, value_parser = ops::parse_count::<u64>, allow_negative_numbers = true)]
         count: Option<u64>,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// A live terminal view: latency per edge of the requests closed
     /// since it started, rates, occupancy and the open requests
@@ -121,10 +123,10 @@ enum Command {
         /// The region file.
         path: PathBuf,
         /// Seconds between refreshes.
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
         interval: f64,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Write a latency page (waterfalls and histograms) of snapshots
     /// collected as JSON lines, as `demo --json` writes them.
@@ -167,10 +169,10 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: String,
         /// Stop after this many seconds (default: run until killed).
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         serve_for: Option<f64>,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Begin a request and print its token.
     Begin {
@@ -205,7 +207,7 @@ enum Command {
         #[command(flatten)]
         args: TokenArg,
         #[command(flatten)]
-        trust: Trust,
+        trust: LookTrust,
     },
     /// Close a request and print its final snapshot as JSON.
     Close {
@@ -222,7 +224,8 @@ enum Command {
     /// The commands are `begin`, `record`, `start-segment` (or `start`),
     /// `snapshot` and `close`, with the same arguments as on the command
     /// line minus the region's path, for example
-    /// `record TOKEN 0:1 producer_first_nonempty_emit --chunk-seq 0`. A line
+    /// `record TOKEN 0:1 producer_first_nonempty_emit --chunk-seq 0`; `help`
+    /// lists them with their arguments on one line. A line
     /// that fails, does not parse or is not UTF-8 gets `error <reason>`, and
     /// the batch goes on.
     Batch {
@@ -235,8 +238,19 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let code = match run(cli) {
+    let code = match run(cli).and_then(|code| {
+        out::flush()?;
+        Ok(code)
+    }) {
         Ok(code) => code,
+        // The reader of a pipe went away (`| head -1`): it wanted no more.
+        Err(e)
+            if e.chain()
+                .find_map(|c| c.downcast_ref::<out::StdoutError>())
+                .is_some_and(out::StdoutError::is_closed_pipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("edgemark: {e:#}");
             ExitCode::FAILURE
@@ -254,8 +268,11 @@ fn named(path: &Path, e: edgemark::AttachError) -> anyhow::Error {
     match e {
         // These name the path themselves.
         edgemark::AttachError::Io(..) | edgemark::AttachError::NotRegularFile(_) => anyhow!(e),
-        edgemark::AttachError::ForeignOwner { .. } => anyhow!(
-            "{}: {e}; pass --allow-foreign-owner if you trust that user",
+        // The library's message ends with its own hint, in the library's
+        // terms: say it once, as this command's option.
+        edgemark::AttachError::ForeignOwner { uid } => anyhow!(
+            "{}: the region file belongs to uid {uid}, not to this user; \
+             pass --allow-foreign-owner if you trust that user",
             path.display()
         ),
         other => anyhow!("{}: {other}", path.display()),
@@ -273,6 +290,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             quiet,
             html,
         } => {
+            // Both output files are opened before the run, so that a path
+            // that cannot be written fails at once, not after the demo.
+            let json = json
+                .map(|p| create_output(&p).map(|f| (p, f)))
+                .transpose()?;
+            let html = html
+                .map(|p| create_output(&p).map(|f| (p, f)))
+                .transpose()?;
             let opts = crate::demo::DemoOptions {
                 requests,
                 concurrency,
@@ -282,9 +307,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 quiet,
             };
             let result = crate::demo::run(&opts)?;
-            print!("{}", crate::demo::summary(&result));
-            if let Some(file) = html {
-                crate::views::html::write_demo(&result.finals, &file)?;
+            out::write(&crate::demo::summary(&result))?;
+            if let Some((p, _)) = &opts.json {
+                outln!("snapshots written to {}", p.display());
+            }
+            if let Some((p, file)) = html {
+                crate::views::html::write_demo(&result.finals, &p, file)?;
+                outln!("latency page written to {}", p.display());
             }
         }
         Command::StageWorker {
@@ -303,6 +332,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             clock,
         } => {
             let asked: edgemark::Clock = clock.parse().map_err(anyhow::Error::msg)?;
+            // The library refuses both with one message; say which it is.
+            for (i, e) in edges.iter().enumerate() {
+                if e.from == e.to {
+                    bail!("edge {e} joins stage {} to itself", e.from);
+                }
+                if edges[..i].contains(e) {
+                    bail!("edge {e} is declared twice");
+                }
+            }
             let mut b = Recorder::builder()
                 .edges(edges)
                 .slots(slots)
@@ -314,78 +352,85 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let rec = b.create(&path)?;
             let info = rec.info().expect("an enabled recorder");
-            println!(
+            outln!(
                 "created {} ({} bytes, {} slots, region {:016x})",
                 path.display(),
                 info.bytes,
                 info.slots,
                 info.region_id
             );
-            println!("clock   {}", info.clock_kind);
+            outln!("clock   {}", info.clock_kind);
             if info.clock_kind != asked {
-                println!(
+                outln!(
                     "note: the {asked} clock is not trusted on this machine; \
                      the region uses the {} clock",
                     info.clock_kind
                 );
             }
         }
-        Command::Inspect { path, json, trust } => {
-            let rec = attach_for_reading(&path, trust)?;
+        Command::Inspect { path, json, .. } => {
+            let rec = attach_for_reading(&path)?;
             inspect(&rec, json)?;
         }
         Command::Watch {
             path,
             interval,
             count,
-            trust,
+            ..
         } => {
-            let rec = attach_for_reading(&path, trust)?;
-            if !(interval.is_finite() && interval > 0.0) {
+            let rec = attach_for_reading(&path)?;
+            let interval = seconds("--interval", interval)?;
+            if interval.is_zero() {
                 bail!("--interval must be a positive number of seconds");
             }
+            // In place on a terminal; through a pipe or into a file, plain
+            // text, one refresh after another, a blank line between them.
+            let terminal = std::io::stdout().is_terminal();
             let mut n = 0u64;
             loop {
-                // Clear the screen and home the cursor.
-                print!("\x1b[2J\x1b[H");
+                if terminal {
+                    // Clear the screen and home the cursor.
+                    out::write("\x1b[2J\x1b[H")?;
+                } else if n > 0 {
+                    out::write("\n")?;
+                }
                 inspect(&rec, false)?;
-                std::io::stdout().flush()?;
+                out::flush()?;
                 n += 1;
                 if count.is_some_and(|c| n >= c) {
                     break;
                 }
-                std::thread::sleep(std::time::Duration::from_secs_f64(interval));
+                std::thread::sleep(interval);
             }
         }
         Command::Export {
             path,
             listen,
             serve_for,
-            trust,
+            ..
         } => {
-            let rec = attach_for_reading(&path, trust)?;
+            let rec = attach_for_reading(&path)?;
             let serve_for = match serve_for {
-                Some(s) if s.is_finite() && s >= 0.0 => Some(std::time::Duration::from_secs_f64(s)),
-                Some(_) => bail!("--serve-for must be a number of seconds"),
+                Some(s) => Some(seconds("--serve-for", s)?),
                 None => None,
             };
             let listener = std::net::TcpListener::bind(listen.as_str())
                 .with_context(|| format!("cannot listen on {listen}"))?;
-            println!("serving http://{}/metrics", listener.local_addr()?);
-            std::io::stdout().flush()?;
+            outln!("serving http://{}/metrics", listener.local_addr()?);
+            out::flush()?;
             // After a shrink found by a scrape, the next scrape attaches
             // again, once the file is whole.
             let again = path.clone();
-            let source =
-                crate::serve::Source::new(rec, move || attach_for_reading(&again, trust).ok());
+            let source = crate::serve::Source::new(rec, path, move || attach_for_reading(&again));
             crate::serve::serve(source, listener, serve_for)?;
         }
-        Command::Top {
-            path,
-            interval,
-            trust,
-        } => crate::views::top::run(attach_for_reading(&path, trust)?, &path, interval)?,
-        Command::Report { snapshots, html } => crate::views::html::write_report(&snapshots, &html)?,
+        Command::Top { path, interval, .. } => {
+            crate::views::top::run(attach_for_reading(&path)?, &path, interval)?
+        }
+        Command::Report { snapshots, html } => {
+            crate::views::html::write_report(&snapshots, &html)?;
+            outln!("latency page written to {}", html.display());
+        }
         Command::Reclaim {
             path,
             judge_pids,
@@ -400,16 +445,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             .context("the region changed under this process")?;
             match r.unjudged {
-                Some(why) => println!(
+                Some(why) => outln!(
                     "freed 0 slots: pids are not judged in this region: {why}; \
                      pass --judge-pids to judge them as processes of this pid namespace"
                 ),
-                None => println!(
+                None => outln!(
                     "freed {} slots ({} of dead owners, {} left locked by dead processes)",
                     r.freed(),
                     r.dead_owners,
                     r.dead_holders
                 ),
+            }
+            if r.live_owners_locked > 0 {
+                outln!(
+                    "closed {} requests of live owners, locked by a process that died inside start-segment: their values are discarded",
+                    r.live_owners_locked
+                );
             }
             if remove_if_abandoned {
                 remove_if_abandoned_region(&rec, &path)?;
@@ -420,11 +471,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::StartSegment { path, args, trust } => {
             op(&path, trust, Op::StartSegment(args))?;
         }
-        Command::Snapshot { path, args, trust } => {
-            // Looking only: a read-only attach needs read permission alone
-            // and, from another pid namespace, marks nothing in the region.
-            let rec = attach_for_reading(&path, trust)?;
-            println!("{}", ops::run(&rec, Op::Snapshot(args), false)?);
+        // Only reads: read permission (and a read-only mount) is enough; a
+        // read-only attach, from another pid namespace, marks nothing.
+        Command::Snapshot { path, args, .. } => {
+            let rec = attach_for_reading(&path)?;
+            outln!("{}", ops::run(&rec, Op::Snapshot(args), false)?);
         }
         Command::Close { path, args, trust } => op(&path, trust, Op::Close(args))?,
         Command::Batch { path, trust } => {
@@ -439,18 +490,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Creates (or truncates) an output file named by an option, with an error
+/// that names it.
+fn create_output(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `secs` seconds as a duration, or a one-line error naming `option`: for a
+/// negative or non-finite number, and for one too large to represent.
+fn seconds(option: &str, secs: f64) -> Result<std::time::Duration> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        bail!("{option} must be a number of seconds, not {secs}");
+    }
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+        anyhow!(
+            "{option} {secs:e} is too long: at most {:e} seconds",
+            u64::MAX as f64
+        )
+    })
+}
+
 /// Runs one operation on the region at `path` and prints its line.
 fn op(path: &Path, trust: Trust, op: Op) -> Result<()> {
     let rec = attach(path, trust)?;
-    println!("{}", ops::run(&rec, op, false)?);
+    outln!("{}", ops::run(&rec, op, false)?);
     Ok(())
 }
 
 /// Attach to look only: read permission is enough (the file is opened and
-/// mapped read-only), and a foreign clock is no reason not to look.
-fn attach_for_reading(path: &Path, trust: Trust) -> Result<Recorder> {
-    trust
-        .options()
+/// mapped read-only), and neither a foreign clock nor a foreign owner is a
+/// reason not to look: this process cannot write the region, and whatever
+/// the owner puts in the file gives a clear error or a working region (a
+/// file shrunk under the mapping included), never a crash.
+fn attach_for_reading(path: &Path) -> Result<Recorder> {
+    edgemark::AttachOptions::new()
+        .allow_foreign_owner(true)
         .allow_foreign_clock(true)
         .read_only(true)
         .attach(path)
@@ -474,23 +548,23 @@ fn remove_if_abandoned_region(rec: &Recorder, path: &Path) -> Result<()> {
         .context("the region changed under this process")?
         .len();
     match rec.creator_alive() {
-        None => println!(
+        None => outln!(
             "kept {}: whether its creator runs cannot be judged from this pid namespace",
             path.display()
         ),
-        Some(true) => println!(
+        Some(true) => outln!(
             "kept {}: its creator (pid {}) is running",
             path.display(),
             rec.info().map_or(0, |i| i.creator_pid)
         ),
-        Some(false) if open > 0 => println!(
+        Some(false) if open > 0 => outln!(
             "kept {}: its creator has exited but {open} requests of live owners are open",
             path.display()
         ),
         Some(false) => {
             std::fs::remove_file(path)
                 .with_context(|| format!("cannot remove {}", path.display()))?;
-            println!(
+            outln!(
                 "removed {}: its creator has exited and no request is open",
                 path.display()
             );
@@ -551,18 +625,21 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             "free_slots": u64::from(info.slots) - open.len() as u64,
             "open": open.iter().map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s})).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("region     {:016x}", info.region_id);
-    println!(
+    outln!("region     {:016x}", info.region_id);
+    outln!(
         "geometry   {} slots x {} bytes, {} segments kept per edge, {} bytes in all",
-        info.slots, info.slot_stride, info.segments, info.bytes
+        info.slots,
+        info.slot_stride,
+        info.segments,
+        info.bytes
     );
     let edges: Vec<String> = rec.edges().iter().map(|e| e.to_string()).collect();
-    println!("edges      {}", edges.join(", "));
+    outln!("edges      {}", edges.join(", "));
     for e in schema.events() {
-        println!(
+        outln!(
             "event      {} ({}{})",
             e.name(),
             schema.domain_name(e.domain()).unwrap_or("?"),
@@ -573,8 +650,8 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             }
         );
     }
-    println!("domains    {}", schema.domains().join(", "));
-    println!(
+    outln!("domains    {}", schema.domains().join(", "));
+    outln!(
         "clock      {}, boot {:032x}, time namespace {} ({})",
         info.clock_kind,
         info.clock.boot_id,
@@ -585,21 +662,21 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             "NOT this process's clock"
         }
     );
-    println!("creator    pid {}", info.creator_pid);
-    println!("pids       {}", pids_text(&info));
-    println!(
+    outln!("creator    pid {}", info.creator_pid);
+    outln!("pids       {}", pids_text(&info));
+    outln!(
         "occupancy  {} open, {} free",
         open.len(),
         u64::from(info.slots) - open.len() as u64
     );
-    println!("dropped    {} segments", counters.dropped_segments);
+    outln!("dropped    {} segments", counters.dropped_segments);
     for (o, n) in &counters.refused {
         if *n > 0 {
-            println!("refused    {o}: {n}");
+            outln!("refused    {o}: {n}");
         }
     }
     for (t, s) in &open {
-        println!("open       {t} {}", serde_json::to_string(s)?);
+        outln!("open       {t} {}", serde_json::to_string(s)?);
     }
     Ok(())
 }

@@ -29,6 +29,17 @@ impl Trust {
     }
 }
 
+/// The trust option of the commands that only look (`inspect`, `watch`,
+/// `top`, `export`, `snapshot`): they attach read-only and accept a file of
+/// another user without it, since they cannot write it; the option is
+/// still accepted, hidden, so that scripts that pass it keep working.
+#[derive(Args, Debug, Clone, Copy)]
+pub(crate) struct LookTrust {
+    /// Accepted and not needed: this command only reads the region.
+    #[arg(long, hide = true)]
+    pub(crate) allow_foreign_owner: bool,
+}
+
 /// `record`'s arguments after the region's path.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct RecordArgs {
@@ -111,6 +122,25 @@ struct BatchLine {
     op: Op,
 }
 
+/// A count given to an option (`--slots`, `--requests`, ...): a whole
+/// number, with a message that says what is wrong with a negative one (clap
+/// alone would take `-1` for an option).
+pub(crate) fn parse_count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let t = s.trim();
+    if let Some(rest) = t.strip_prefix('-') {
+        if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
+            return Err("a count cannot be negative".to_owned());
+        }
+    }
+    t.parse::<T>().map_err(|_| {
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            "too large".to_owned()
+        } else {
+            "not a whole number".to_owned()
+        }
+    })
+}
+
 /// An edge written `FROM->TO` or `FROM:TO`.
 pub(crate) fn parse_edge(s: &str) -> Result<Edge, String> {
     let (a, b) = s
@@ -157,20 +187,41 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
         Op::Snapshot(a) => serde_json::to_string(&rec.snapshot(a.token))?,
         Op::Close(a) => {
             let last = rec.close(a.token);
-            if last.state() == RequestState::Busy {
-                bail!(
+            match last.state() {
+                RequestState::Busy => bail!(
                     "request {} is busy: another control operation holds it; close it again",
                     a.token
-                );
+                ),
+                // The library's close is idempotent and says only "gone";
+                // a person closing by hand is told which mistake it was.
+                RequestState::Gone => {
+                    let here = rec.info().map_or(0, |i| i.region_id);
+                    if a.token.region_id() != here {
+                        bail!(
+                            "foreign region: token {} is of region {:016x}, and this is region {here:016x}",
+                            a.token,
+                            a.token.region_id()
+                        );
+                    }
+                    bail!(
+                        "request {} is not open: it was closed already (or reclaimed, and its slot reused)",
+                        a.token
+                    );
+                }
+                RequestState::Faulted => bail!(
+                    "request {} was not closed: this process lost a page of the region (the file shrank or its file system is full); its values stay in the file",
+                    a.token
+                ),
+                RequestState::Open | RequestState::Closed => serde_json::to_string(&last)?,
             }
-            serde_json::to_string(&last)?
         }
     })
 }
 
 /// Runs one command per line of `input`, writing one line per command to
 /// `out`: the command's output, or `error <reason>` for a line that is not
-/// UTF-8, does not parse or fails. Stops at the end of the input.
+/// UTF-8, does not parse or fails. Stops at the end of the input, or when
+/// `out` fails (a [`StdoutError`](crate::out::StdoutError)).
 pub(crate) fn batch(rec: &Recorder, input: &mut impl BufRead, out: &mut impl Write) -> Result<()> {
     let mut line = Vec::new();
     loop {
@@ -179,9 +230,44 @@ pub(crate) fn batch(rec: &Recorder, input: &mut impl BufRead, out: &mut impl Wri
             return Ok(());
         }
         let reply = batch_line(rec, &line).unwrap_or_else(|e| format!("error {e:#}"));
-        writeln!(out, "{reply}")?;
-        out.flush()?;
+        writeln!(out, "{reply}")
+            .and_then(|()| out.flush())
+            .map_err(crate::out::StdoutError)?;
     }
+}
+
+/// `help` in a batch: every command with its arguments, on one line (a
+/// batch answers each line with one line), from the same clap definitions
+/// that parse them.
+fn help_line() -> String {
+    use clap::CommandFactory;
+    let cmd = BatchLine::command();
+    let mut commands: Vec<String> = cmd
+        .get_subcommands()
+        .map(|sub| {
+            let mut parts = vec![sub.get_name().to_owned()];
+            for arg in sub.get_arguments() {
+                let value = || {
+                    arg.get_value_names()
+                        .and_then(|v| v.first())
+                        .map_or_else(|| arg.get_id().as_str().to_uppercase(), |v| v.to_string())
+                };
+                if arg.is_positional() {
+                    parts.push(value());
+                } else if let Some(long) = arg.get_long() {
+                    let takes = arg.get_action().takes_values();
+                    parts.push(if takes {
+                        format!("[--{long} {}]", value())
+                    } else {
+                        format!("[--{long}]")
+                    });
+                }
+            }
+            parts.join(" ")
+        })
+        .collect();
+    commands.push("help".to_owned());
+    format!("commands: {}", commands.join(" | "))
 }
 
 fn batch_line(rec: &Recorder, line: &[u8]) -> Result<String> {
@@ -196,6 +282,9 @@ fn batch_line(rec: &Recorder, line: &[u8]) -> Result<String> {
     let words = shlex::split(line).ok_or_else(|| anyhow!("unbalanced quotes"))?;
     if words.is_empty() {
         bail!("empty line");
+    }
+    if words[0] == "help" {
+        return Ok(help_line());
     }
     let parsed = BatchLine::try_parse_from(&words).map_err(|e| {
         // clap's message on one line, without its "error: ", usage or tip.

@@ -4,62 +4,221 @@
 //!
 //! A connection costs one task, not a thread, so idle or slow clients hold
 //! little. Each is bounded: its request head must arrive within
-//! [`HEADER_READ_TIMEOUT`] and fit in [`MAX_HEAD_BYTES`] (hyper answers 431
-//! and closes otherwise), and at most [`MAX_CONNECTIONS`] are served at
-//! once; more wait in the listen queue until one ends.
+//! [`HEADER_READ_TIMEOUT`] (also the longest it may sit idle between
+//! requests) and fit in [`MAX_HEAD_BYTES`] (hyper answers 431 and closes
+//! otherwise); each response must be written within [`WRITE_TIMEOUT`]; it
+//! is closed after [`MAX_REQUESTS_PER_CONNECTION`] requests; and at most
+//! [`MAX_CONNECTIONS`] are served at once. A connection that arrives when
+//! all are taken closes the one that has made no progress (read or written
+//! a byte) for longest, so clients that pipeline requests and never read
+//! the answers cannot hold every place while a scraper waits.
+//!
+//! Before each scrape the [`Source`] checks that the file at the region's
+//! path is still the one attached (its device and inode); a replaced file
+//! is attached anew, and a missing or unreadable one is served as
+//! `edgemark_region_ok 0`.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future as _;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use edgemark::export::{self, Format};
 use edgemark::{AttachError, Recorder};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
 /// How long a client may take to send a request head, from when the server
-/// starts waiting for it.
+/// starts waiting for it: after it connects, and after each response (so it
+/// is also the longest a kept-alive connection may sit idle).
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest request head (request line and headers) read, in bytes.
 pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
-/// Connections served at once.
+/// How long writing one response (from its first byte until it is flushed
+/// to the socket) may take; a client that does not read is closed after it.
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The kernel's send buffer of a connection, in bytes (it doubles it for its
+/// own bookkeeping): what a client that does not read can make the server
+/// render ahead, a few responses, before writing stalls.
+pub(crate) const SEND_BUFFER: usize = 64 * 1024;
+/// Requests answered on one connection; the last answer says
+/// `Connection: close`, and the connection ends after it.
+pub(crate) const MAX_REQUESTS_PER_CONNECTION: u64 = 100;
+/// Connections served at once (fewer if the process may not open that many
+/// files; see [`connection_limit`]).
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
 
-/// The region a server shows, attached again when an access found its file
-/// shrunk under the mapping (a faulted mapping stays faulted, while the
-/// file may be whole again by the next scrape).
+/// What the server shows now.
+enum Shown {
+    /// An attached region, and the device and inode of its file.
+    Region(Recorder, Option<(u64, u64)>),
+    /// No region: the file is gone, or what is there cannot be attached.
+    /// The reason, as last printed, and the file's identity if it has one.
+    Nothing(String, Option<(u64, u64)>),
+}
+
+/// The region a server shows. Before each scrape it checks the file at the
+/// region's path: a different file there (another device or inode) is
+/// attached in place of the old one; a file shrunk under the mapping is
+/// attached again once it is whole (a faulted mapping stays faulted); a
+/// missing or invalid file shows as `edgemark_region_ok 0`. Each change is
+/// said once on standard error, and replacements are counted.
 pub(crate) struct Source {
-    rec: Mutex<Recorder>,
-    reopen: Box<dyn Fn() -> Option<Recorder> + Send + Sync>,
+    path: PathBuf,
+    shown: Mutex<Shown>,
+    /// Times another file was found at the path and attached.
+    replaced: Mutex<u64>,
+    reopen: Box<dyn Fn() -> Result<Recorder> + Send + Sync>,
+}
+
+/// The device and inode of the file at `path`, or why there is none.
+fn identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
 }
 
 impl Source {
-    /// `rec`, and how to attach its region again.
+    /// `rec`, attached from `path`, and how to attach that path again.
     pub(crate) fn new(
         rec: Recorder,
-        reopen: impl Fn() -> Option<Recorder> + Send + Sync + 'static,
+        path: PathBuf,
+        reopen: impl Fn() -> Result<Recorder> + Send + Sync + 'static,
     ) -> Source {
+        let id = identity(&path).ok();
         Source {
-            rec: Mutex::new(rec),
+            path,
+            shown: Mutex::new(Shown::Region(rec, id)),
+            replaced: Mutex::new(0),
             reopen: Box::new(reopen),
         }
     }
 
-    /// The recorder to read now: the attached one, or, if an access found
-    /// its file shrunk, a fresh attach when that works.
-    fn current(&self) -> Recorder {
-        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
-        if matches!(rec.check(), Err(AttachError::Shrunk)) {
-            if let Some(again) = (self.reopen)() {
-                *rec = again;
+    /// The recorder to read now, if any, after checking the file.
+    fn current(&self) -> Option<Recorder> {
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.path.display();
+        let now = match identity(&self.path) {
+            Ok(id) => id,
+            Err(e) => {
+                let why = format!("{p}: the region file is gone ({e})");
+                if !matches!(&*shown, Shown::Nothing(old, _) if *old == why) {
+                    eprintln!("edgemark: {why}; serving edgemark_region_ok 0 until a region is there again");
+                }
+                *shown = Shown::Nothing(why, None);
+                return None;
+            }
+        };
+        match &*shown {
+            Shown::Region(rec, id) if *id == Some(now) => {
+                if matches!(rec.check(), Err(AttachError::Shrunk)) {
+                    if let Ok(again) = (self.reopen)() {
+                        *shown = Shown::Region(again, Some(now));
+                    }
+                }
+            }
+            _ => {
+                // Another file (or the first one since the path emptied).
+                let old = match &*shown {
+                    Shown::Region(rec, _) => rec.info().map(|i| i.region_id),
+                    Shown::Nothing(..) => None,
+                };
+                match (self.reopen)() {
+                    Ok(rec) => {
+                        let new = rec.info().map_or(0, |i| i.region_id);
+                        *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                        match old {
+                            Some(old) => eprintln!(
+                                "edgemark: {p}: another file replaced region {old:016x}; now serving region {new:016x}"
+                            ),
+                            None => eprintln!(
+                                "edgemark: {p}: a region is there again; now serving region {new:016x}"
+                            ),
+                        }
+                        *shown = Shown::Region(rec, Some(now));
+                    }
+                    Err(e) => {
+                        let why = format!("{p}: the file there now cannot be served: {e:#}");
+                        let same = matches!(&*shown, Shown::Nothing(old, id) if *old == why && *id == Some(now));
+                        if !same {
+                            eprintln!("edgemark: {why}; serving edgemark_region_ok 0");
+                        }
+                        *shown = Shown::Nothing(why, Some(now));
+                    }
+                }
             }
         }
-        rec.clone()
+        match &*shown {
+            Shown::Region(rec, _) => Some(rec.clone()),
+            Shown::Nothing(..) => None,
+        }
     }
+
+    /// The metrics text now: the region's, or `edgemark_region_ok 0` when
+    /// there is none, then the count of replacements.
+    fn render(&self, format: Format) -> String {
+        let mut body = match self.current() {
+            Some(rec) => export::render(&rec, format),
+            None => {
+                let mut b = String::from(
+                    "# HELP edgemark_region_ok 1 if the region file has its full length and was read, 0 if not\n\
+                     # TYPE edgemark_region_ok gauge\n\
+                     edgemark_region_ok 0\n",
+                );
+                if format == Format::OpenMetrics {
+                    b.push_str("# EOF\n");
+                }
+                b
+            }
+        };
+        let replaced = *self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        let help = "Times the exporter found another file at its region's path and attached it";
+        let family = match format {
+            Format::OpenMetrics => "edgemark_region_replaced",
+            Format::Text => "edgemark_region_replaced_total",
+        };
+        let lines = format!(
+            "# HELP {family} {help}\n# TYPE {family} counter\nedgemark_region_replaced_total {replaced}\n"
+        );
+        match body.strip_suffix("# EOF\n").map(str::len) {
+            Some(at) => body.insert_str(at, &lines),
+            None => body.push_str(&lines),
+        }
+        body
+    }
+}
+
+/// How many connections this process can serve at once: [`MAX_CONNECTIONS`],
+/// or fewer when its limit of open files (raised to the hard limit first,
+/// as far as needed) leaves less room.
+pub(crate) fn connection_limit() -> usize {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    // Room for the connections, the listener, standard streams, the
+    // region's file and the runtime's own descriptors.
+    let want = MAX_CONNECTIONS as u64 + 64;
+    let limit = getrlimit(Resource::Nofile);
+    let mut soft = limit.current.unwrap_or(u64::MAX);
+    if soft < want {
+        let raised = limit.maximum.map_or(want, |hard| hard.min(want));
+        if raised > soft {
+            let new = rustix::process::Rlimit {
+                current: Some(raised),
+                maximum: limit.maximum,
+            };
+            if setrlimit(Resource::Nofile, new).is_ok() {
+                soft = raised;
+            }
+        }
+    }
+    let room = soft.saturating_sub(64).max(1);
+    usize::try_from(room).map_or(MAX_CONNECTIONS, |r| r.min(MAX_CONNECTIONS))
 }
 
 /// Serves `/metrics` for `source` on `listener` for `serve_for` (or until
@@ -69,22 +228,57 @@ pub(crate) fn serve(
     listener: std::net::TcpListener,
     serve_for: Option<Duration>,
 ) -> Result<()> {
+    let limit = connection_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .context("cannot start the server's runtime")?;
-    runtime.block_on(accept_loop(Arc::new(source), listener, serve_for))
+    runtime.block_on(accept_loop(Arc::new(source), listener, serve_for, limit))
+}
+
+/// One connection as the accept loop sees it.
+#[derive(Debug)]
+struct Conn {
+    /// When the connection last read or wrote a byte (or was accepted).
+    progress: Mutex<Instant>,
+    /// Told to end the connection.
+    evict: tokio::sync::Notify,
+}
+
+/// The connections being served, to pick one to close when all places are
+/// taken.
+#[derive(Debug, Default)]
+struct Conns {
+    live: Mutex<HashMap<u64, Arc<Conn>>>,
+}
+
+impl Conns {
+    /// Tells the connection with the oldest progress to end, if there is
+    /// one; returns whether it found one.
+    fn evict_stalest(&self) -> bool {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let stalest = live
+            .values()
+            .min_by_key(|c| *c.progress.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(c) = stalest {
+            c.evict.notify_one();
+        }
+        stalest.is_some()
+    }
 }
 
 async fn accept_loop(
     source: Arc<Source>,
     listener: std::net::TcpListener,
     serve_for: Option<Duration>,
+    limit: usize,
 ) -> Result<()> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(tokio::sync::Semaphore::new(limit));
+    let conns = Arc::new(Conns::default());
+    let mut next_id = 0u64;
     let deadline = async {
         match serve_for {
             Some(d) => tokio::time::sleep(d).await,
@@ -93,39 +287,217 @@ async fn accept_loop(
     };
     tokio::pin!(deadline);
     loop {
-        let permit = tokio::select! {
-            () = &mut deadline => return Ok(()),
-            p = Arc::clone(&slots).acquire_owned() => p.expect("the semaphore is never closed"),
-        };
         let stream = tokio::select! {
             () = &mut deadline => return Ok(()),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
-                // Out of file descriptors, or a connection reset before it
-                // was accepted: wait a moment rather than spin.
-                Err(_) => {
+                Err(e) => {
+                    // Out of file descriptors: make room. Out of them, or a
+                    // connection reset before it was accepted: wait a
+                    // moment rather than spin.
+                    let no_files = [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE]
+                        .map(|n| Some(n.raw_os_error()));
+                    if no_files.contains(&e.raw_os_error()) {
+                        conns.evict_stalest();
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
+        // Fixed, not grown by the kernel's autotuning: a client that sends
+        // many requests and reads none stalls after a few answers instead
+        // of having hundreds rendered into its buffer.
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&stream, SEND_BUFFER);
+        let permit = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // Every place is taken: the connection that has done
+                // nothing for longest gives up its place.
+                conns.evict_stalest();
+                tokio::select! {
+                    () = &mut deadline => return Ok(()),
+                    p = Arc::clone(&slots).acquire_owned() => p.expect("the semaphore is never closed"),
+                }
+            }
+        };
+        let conn = Arc::new(Conn {
+            progress: Mutex::new(Instant::now()),
+            evict: tokio::sync::Notify::new(),
+        });
+        let id = next_id;
+        next_id += 1;
+        conns
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Arc::clone(&conn));
         let source = Arc::clone(&source);
+        let conns = Arc::clone(&conns);
         tokio::spawn(async move {
+            let answered = std::cell::Cell::new(0u64);
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let response = answer(&source, &req);
+                let n = answered.get() + 1;
+                answered.set(n);
+                let mut response = answer(&source, &req);
+                if n >= MAX_REQUESTS_PER_CONNECTION {
+                    response
+                        .headers_mut()
+                        .insert(CONNECTION, HeaderValue::from_static("close"));
+                }
                 async move { Ok::<_, Infallible>(response) }
+            });
+            let io = TokioIo::new(Guarded {
+                io: stream,
+                writing: None,
+                conn: Arc::clone(&conn),
             });
             // A connection's errors (a bad request, a reset, a timeout) end
             // that connection only.
-            let _ = hyper::server::conn::http1::Builder::new()
+            let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .max_buf_size(MAX_HEAD_BYTES)
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(io, service);
+            tokio::select! {
+                _ = connection => {}
+                () = conn.evict.notified() => {}
+            }
+            conns
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
             drop(permit);
         });
+    }
+}
+
+/// A connection's socket, with a deadline on writing each response and a
+/// note of its last progress.
+struct Guarded {
+    io: tokio::net::TcpStream,
+    /// Running while a response is being written: from its first write until
+    /// the flush that completes it.
+    writing: Option<Pin<Box<tokio::time::Sleep>>>,
+    conn: Arc<Conn>,
+}
+
+impl Guarded {
+    fn progressed(&self) {
+        *self.conn.progress.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// Starts the write deadline if it is not running: a response's first
+    /// write does.
+    fn start_deadline(&mut self) {
+        if self.writing.is_none() {
+            self.writing = Some(Box::pin(tokio::time::sleep(WRITE_TIMEOUT)));
+        }
+    }
+
+    /// An error once the write deadline has passed (polling it also
+    /// arranges a wake-up for then).
+    fn check_deadline(&mut self, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        self.start_deadline();
+        let Some(sleep) = self.writing.as_mut() else {
+            return Poll::Pending;
+        };
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not take the response in time",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// What a write-side poll of the socket returned, with the deadline
+    /// checked when it could not go on.
+    ///
+    /// A response's first write starts the deadline; the flush that
+    /// completes it stops it.
+    fn after_write<T>(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        polled: Poll<std::io::Result<T>>,
+        made_progress: impl Fn(&T) -> bool,
+    ) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Ready(Ok(v)) => {
+                if made_progress(&v) {
+                    self.progressed();
+                }
+                Poll::Ready(Ok(v))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => match self.check_deadline(cx) {
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Guarded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.progressed();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Guarded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.start_deadline();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.after_write(cx, polled, |n| *n > 0)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.start_deadline();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.after_write(cx, polled, |n| *n > 0)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        let polled = this.after_write(cx, polled, |()| false);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            // The response is out: the next one gets a fresh deadline.
+            this.writing = None;
+        }
+        polled
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.after_write(cx, polled, |()| false)
     }
 }
 
@@ -136,7 +508,7 @@ fn answer<B>(source: &Source, req: &Request<B>) -> Response<Full<Bytes>> {
             Method::GET | Method::HEAD => {
                 let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
                 let format = Format::negotiate(accept);
-                let body = export::render(&source.current(), format);
+                let body = source.render(format);
                 let length = body.len();
                 let body = if req.method() == Method::HEAD {
                     Bytes::new()

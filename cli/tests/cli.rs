@@ -383,7 +383,13 @@ fn batch_takes_the_command_lines_grammar_and_both_edge_forms() {
     assert!(last["0->1:0"]["edge_first_send_complete_ms"].is_null());
     assert_eq!(last["1->2:0"]["consumer_first_accept_ms"], 4.5);
     assert!(last["0->1:1"]["consumer_first_accept_ms"].is_number());
-    assert_eq!(lines[9], "{}");
+    // Closing again is a mistake the batch names (the library's close is
+    // idempotent and would answer an empty snapshot).
+    assert!(
+        lines[9].starts_with("error request") && lines[9].contains("is not open"),
+        "{}",
+        lines[9]
+    );
 }
 
 #[test]
@@ -396,17 +402,31 @@ fn a_region_of_another_user_needs_allow_foreign_owner() {
         eprintln!("SKIPPED: not allowed to give a file to another user here");
         return;
     }
-    for args in [vec!["inspect", ps], vec!["begin", ps], vec!["batch", ps]] {
+    // Commands that write are refused, and told once how to go on.
+    for args in [vec!["begin", ps], vec!["batch", ps], vec!["reclaim", ps]] {
         let o = edgemark(&args);
         assert_one_line_error(&o, &format!("{args:?}"));
         let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+        assert_eq!(err.matches("foreign").count(), 1, "{err}");
+        assert!(err.contains("pass --allow-foreign-owner"), "{err}");
+    }
+    // Commands that only read cannot change the file, and need no flag
+    // (and still take it).
+    let token = "em1.0000000000000001.0.1";
+    for args in [
+        vec!["inspect", ps],
+        vec!["inspect", ps, "--json", "--allow-foreign-owner"],
+        vec!["watch", ps, "--count", "1"],
+        vec!["snapshot", ps, token],
+    ] {
+        let o = edgemark(&args);
         assert!(
-            err.contains("another user") || err.contains("owner"),
-            "{err}"
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
         );
     }
-    let o = edgemark(&["inspect", ps, "--json", "--allow-foreign-owner"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let token = stdout(&edgemark(&["begin", ps, "--allow-foreign-owner"]));
     assert!(token.starts_with("em1."), "{token}");
 }
@@ -444,4 +464,474 @@ fn create_takes_the_clock_and_inspect_shows_it() {
     let o = edgemark(&["create", c, "--edge", "0:1", "--clock", "sundial"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("sundial"));
+}
+
+/// Runs `edgemark ARGS`, reads the first line of its output, closes the
+/// pipe, and returns how the command ended: what a `| head -1` does.
+fn first_line_then_close(args: &[&str]) -> (String, Output) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+        r.read_line(&mut first).unwrap();
+    }
+    (first, child.wait_with_output().unwrap())
+}
+
+fn assert_quiet_success(o: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+    assert_eq!(err, "", "{what}");
+}
+
+/// A region with `open` requests open (begun by a `batch` that has exited).
+fn busy_region(dir: &Path, open: usize) -> std::path::PathBuf {
+    let p = dir.join("busy.region");
+    let o = edgemark(&["create", p.to_str().unwrap(), "--edge", "0:1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tokens = batch(&p, "begin\n".repeat(open).as_bytes());
+    assert!(tokens.iter().all(|t| t.starts_with("em1.")));
+    p
+}
+
+#[test]
+fn export_for_longer_than_any_duration_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let p = p.to_str().unwrap();
+    for bad in ["1e20", "inf", "-1", "NaN"] {
+        let o = edgemark(&["export", p, "--listen", "127.0.0.1:0", "--serve-for", bad]);
+        assert_one_line_error(&o, bad);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--serve-for"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn watch_with_an_interval_longer_than_any_duration_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let p = p.to_str().unwrap();
+    for bad in ["1e30", "0", "-2", "inf"] {
+        let o = edgemark(&["watch", p, "--interval", bad, "--count", "2"]);
+        assert_one_line_error(&o, bad);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--interval"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn inspect_into_a_pipe_closed_early_stops_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    // More output than a pipe holds (about 40 bytes per open request).
+    let p = busy_region(dir.path(), 3000);
+    let (first, o) = first_line_then_close(&["inspect", p.to_str().unwrap()]);
+    assert!(first.starts_with("region "), "{first}");
+    assert_quiet_success(&o, "inspect | head -1");
+}
+
+#[test]
+fn watch_into_a_pipe_closed_early_stops_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let (first, o) = first_line_then_close(&[
+        "watch",
+        p.to_str().unwrap(),
+        "--count",
+        "3",
+        "--interval",
+        "0.2",
+    ]);
+    assert!(first.starts_with("region "), "{first:?}");
+    assert_quiet_success(&o, "watch --count 3 | head -1");
+}
+
+#[test]
+fn batch_into_a_pipe_closed_early_stops_quietly() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .arg("batch")
+        .arg(&p)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"snapshot em1.0000000000000001.0.1\n")
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+        r.read_line(&mut first).unwrap();
+    }
+    assert_eq!(first, "{}\n");
+    // The reader is gone; the next answer has nowhere to go.
+    let _ = stdin.write_all(b"snapshot em1.0000000000000001.0.1\n");
+    drop(stdin);
+    assert_quiet_success(&child.wait_with_output().unwrap(), "batch | head -1");
+}
+
+#[test]
+fn inspect_onto_a_full_device_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args(["inspect", p.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_one_line_error(&o, "inspect > /dev/full");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cannot write to standard output: No space left on device"),
+        "{err}"
+    );
+}
+
+#[test]
+fn watch_through_a_pipe_is_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let o = edgemark(&[
+        "watch",
+        p.to_str().unwrap(),
+        "--count",
+        "2",
+        "--interval",
+        "0.05",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert!(!text.contains('\x1b'), "{text:?}");
+    // Two refreshes, a blank line between them.
+    assert_eq!(text.matches("region ").count(), 2, "{text}");
+    assert!(text.contains("\n\nregion "), "{text}");
+}
+
+#[test]
+fn closing_a_request_twice_or_in_another_region_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = region(dir.path());
+    let b = dir.path().join("b.region");
+    let o = edgemark(&["create", b.to_str().unwrap(), "--edge", "0:1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let token_of_b = stdout(&edgemark(&["begin", b])).trim().to_owned();
+    let o = edgemark(&["close", a, &token_of_b]);
+    assert_one_line_error(&o, "close A TOKEN_OF_B");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("foreign region"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The request in B is untouched, and closes once.
+    let first = edgemark(&["close", b, &token_of_b]);
+    assert!(first.status.success());
+    assert_eq!(stdout(&first).trim(), "{}");
+    let again = edgemark(&["close", b, &token_of_b]);
+    assert_one_line_error(&again, "close twice");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("is not open"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    // In a batch, the same answers are error lines, and the batch goes on.
+    let b_path = Path::new(b);
+    let lines = batch(
+        b_path,
+        format!("close {token_of_b}\nclose em1.0000000000000001.0.1\nbegin\n").as_bytes(),
+    );
+    assert!(lines[0].starts_with("error request"), "{lines:?}");
+    assert!(lines[1].starts_with("error foreign region"), "{lines:?}");
+    assert!(lines[2].starts_with("em1."), "{lines:?}");
+}
+
+#[test]
+fn demo_refuses_an_output_path_it_cannot_write_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let nowhere = dir.path().join("no-such-dir");
+    for option in ["--html", "--json"] {
+        let file = nowhere.join("out");
+        let o = edgemark(&[
+            "demo",
+            "--quiet",
+            "--requests",
+            "1000000",
+            option,
+            file.to_str().unwrap(),
+        ]);
+        assert_one_line_error(&o, option);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("cannot write {}", file.display())),
+            "{err}"
+        );
+        // Nothing ran: no region, no summary.
+        assert_eq!(stdout(&o), "", "{option}");
+    }
+}
+
+#[test]
+fn demo_says_its_concurrency_bound_in_its_own_terms() {
+    let o = edgemark(&["demo", "--quiet", "--concurrency", "2000000"]);
+    assert_one_line_error(&o, "--concurrency 2000000");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--concurrency 2000000"), "{err}");
+    assert!(!err.contains("slot"), "{err}");
+}
+
+#[test]
+fn demo_names_its_region_at_the_start_and_keeps_it_tidy_and_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let o = edgemark(&["demo", "--quiet", "--keep", "--requests", "20"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let region = out
+        .lines()
+        .find_map(|l| l.strip_prefix("region kept at "))
+        .map(std::path::PathBuf::from)
+        .unwrap();
+    let dir = region.parent().unwrap().to_owned();
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(dir.clone());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let shown = region.display().to_string();
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.contains(&shown), "{err}");
+    assert!(err.contains(&format!("edgemark top {shown}")), "{err}");
+    assert!(err.contains(&format!("edgemark export {shown}")), "{err}");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["demo.region"]);
+}
+
+#[test]
+fn demo_and_report_say_where_they_wrote_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.jsonl");
+    let page = dir.path().join("demo.html");
+    let o = edgemark(&[
+        "demo",
+        "--quiet",
+        "--requests",
+        "20",
+        "--json",
+        json.to_str().unwrap(),
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("latency page written to {}\n", page.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("snapshots written to {}\n", json.display())),
+        "{out}"
+    );
+    assert!(std::fs::metadata(&page).unwrap().len() > 0);
+    let report = dir.path().join("report.html");
+    let o = edgemark(&[
+        "report",
+        json.to_str().unwrap(),
+        "--html",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        stdout(&o),
+        format!("latency page written to {}\n", report.display())
+    );
+}
+
+#[test]
+fn create_names_the_edge_it_refuses_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let p = p.to_str().unwrap();
+    let o = edgemark(&[
+        "create", p, "--edge", "0:1", "--edge", "1:2", "--edge", "0->1",
+    ]);
+    assert_one_line_error(&o, "twice");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("edge 0->1 is declared twice"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = edgemark(&["create", p, "--edge", "0:1", "--edge", "2:2"]);
+    assert_one_line_error(&o, "itself");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("edge 2->2 joins stage 2 to itself"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_negative_count_is_refused_as_negative() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let p = p.to_str().unwrap();
+    for (args, option) in [
+        (
+            vec!["create", p, "--edge", "0:1", "--slots", "-1"],
+            "--slots",
+        ),
+        (
+            vec!["create", p, "--edge", "0:1", "--segments", "-3"],
+            "--segments",
+        ),
+        (vec!["demo", "--requests", "-5"], "--requests"),
+    ] {
+        let o = edgemark(&args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(option), "{args:?}: {err}");
+        assert!(
+            err.contains("a count cannot be negative"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("-- -"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn reclaim_says_when_it_closed_a_live_owners_request() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    // This process owns the requests, and lives on.
+    let rec = edgemark::Recorder::builder()
+        .edge(0, 1)
+        .slots(4)
+        .create(&p)
+        .unwrap();
+    let locked = rec.begin().unwrap();
+    let other = rec.begin().unwrap();
+    // As if another process died inside a segment start on `locked`: its
+    // slot's head word says "segmenting (state 3), held by a dead pid".
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let info = rec.info().unwrap();
+    let head_at = info.slots_offset + u64::from(locked.slot()) * info.slot_stride;
+    let head = (u64::from(locked.generation()) << 32) | (u64::from(dead_pid) << 8) | 3;
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all_at(&head.to_le_bytes(), head_at).unwrap();
+
+    let o = edgemark(&["reclaim", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("freed 1 slots (0 of dead owners, 1 left locked"),
+        "{out}"
+    );
+    assert!(
+        out.contains("closed 1 requests of live owners")
+            && out.contains("their values are discarded"),
+        "{out}"
+    );
+    assert_eq!(rec.snapshot(locked).state(), edgemark::RequestState::Gone);
+    assert_eq!(rec.snapshot(other).state(), edgemark::RequestState::Open);
+    // A plain reclaim of a dead holder says nothing of live owners.
+    let o = edgemark(&["reclaim", p.to_str().unwrap()]);
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
+}
+
+#[test]
+fn batch_help_lists_every_command_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let lines = batch(&p, b"help\nbegin\n");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let help = &lines[0];
+    assert!(
+        help.starts_with("commands: begin | record TOKEN EDGE EVENT"),
+        "{help}"
+    );
+    for needle in [
+        "[--chunk-seq N]",
+        "[--not-meaningful]",
+        "start-segment TOKEN EDGE SEGMENT",
+        "snapshot TOKEN",
+        "close TOKEN",
+    ] {
+        assert!(help.contains(needle), "{needle} missing from {help}");
+    }
+    assert!(lines[1].starts_with("em1."), "{lines:?}");
+}
+
+#[test]
+fn both_readmes_give_the_same_install_command() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let install = |readme: &str| -> Vec<String> {
+        std::fs::read_to_string(root.join(readme))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("pip install"))
+            .map(|l| l.split('#').next().unwrap().trim().to_owned())
+            .collect()
+    };
+    let (top, python) = (install("README.md"), install("python/README.md"));
+    assert_eq!(top.len(), 1, "{top:?}");
+    assert_eq!(top, python);
+}
+
+#[test]
+fn snapshot_reads_a_region_on_a_read_only_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let token = stdout(&edgemark(&["begin", p.to_str().unwrap()]))
+        .trim()
+        .to_owned();
+    // A private mount namespace in which the directory is bound read-only
+    // over itself (root only; CI runs as root).
+    let script = format!(
+        "mount --bind -o ro '{d}' '{d}' || exit 77\n'{bin}' snapshot '{p}' {token}\n",
+        d = dir.path().display(),
+        bin = env!("CARGO_BIN_EXE_edgemark"),
+        p = p.display(),
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    if !matches!(o.status.code(), Some(0 | 1)) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root and can mount: {o:?}"
+        );
+        eprintln!("SKIPPED: no read-only bind mount here ({o:?})");
+        return;
+    }
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "{}");
 }

@@ -93,7 +93,7 @@ fn a_scrape_after_a_demo_counts_every_closed_request_once() {
     let server = Exporter::start(&region);
     let (status, first) = http_get(server.addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    assert!(first.ends_with("edgemark_free_slots 64\n"), "{first}");
+    assert!(first.contains("\nedgemark_free_slots 64\n"), "{first}");
     assert_eq!(sample(&first, "edgemark_closed_requests_total"), 60.0);
     assert_eq!(sample(&first, "edgemark_open_requests"), 0.0);
     for (edge, event) in [
@@ -211,6 +211,103 @@ fn the_export_command_serves_until_its_time_is_up() {
     let status = server.wait(Duration::from_secs(30));
     assert!(status.success(), "{status}");
     assert!(TcpStream::connect(server.addr).is_err(), "still listening");
+}
+
+/// Runs `edgemark ARGS...` to completion and returns its standard output.
+fn edgemark(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgemark"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "edgemark {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_exporter_attaches_a_region_file_that_replaced_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let log = dir.path().join("export.log");
+    let path = p.as_os_str();
+    let create = |slots: &str| {
+        edgemark(&[
+            "create".as_ref(),
+            path,
+            "--edge".as_ref(),
+            "0:1".as_ref(),
+            "--slots".as_ref(),
+            slots.as_ref(),
+        ])
+    };
+    let one_request = || {
+        let token = edgemark(&["begin".as_ref(), path]);
+        edgemark(&["close".as_ref(), path, token.trim().as_ref()]);
+    };
+    create("8");
+    one_request();
+    one_request();
+    let server = Exporter::start_logged(&p, &log);
+    let body = http_get(server.addr, "/metrics").1;
+    assert_eq!(sample(&body, "edgemark_closed_requests_total"), 2.0);
+    assert_eq!(sample(&body, "edgemark_region_replaced_total"), 0.0);
+
+    // Removed: nothing to serve, and the scrape says so.
+    std::fs::remove_file(&p).unwrap();
+    let (status, body) = http_get(server.addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(sample(&body, "edgemark_region_ok"), 0.0);
+    assert!(!body.contains("edgemark_closed_requests_total"), "{body}");
+
+    // Created again, with another geometry, and used: the scrape shows the
+    // new region, not the old counters.
+    create("16");
+    one_request();
+    let body = http_get(server.addr, "/metrics").1;
+    assert_eq!(sample(&body, "edgemark_region_ok"), 1.0);
+    assert_eq!(sample(&body, "edgemark_closed_requests_total"), 1.0);
+    assert_eq!(sample(&body, "edgemark_free_slots"), 16.0);
+    assert_eq!(sample(&body, "edgemark_region_replaced_total"), 1.0);
+
+    // Replaced without a gap (a rename over it), found just as well.
+    let other = dir.path().join("other.region");
+    edgemark(&[
+        "create".as_ref(),
+        other.as_os_str(),
+        "--edge".as_ref(),
+        "0:1".as_ref(),
+        "--slots".as_ref(),
+        "32".as_ref(),
+    ]);
+    std::fs::rename(&other, &p).unwrap();
+    let body = http_get(server.addr, "/metrics").1;
+    assert_eq!(sample(&body, "edgemark_free_slots"), 32.0);
+    assert_eq!(sample(&body, "edgemark_closed_requests_total"), 0.0);
+    assert_eq!(sample(&body, "edgemark_region_replaced_total"), 2.0);
+    // OpenMetrics keeps its end marker last.
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(
+        raw.ends_with("edgemark_region_replaced_total 2\n# EOF\n"),
+        "{raw}"
+    );
+    drop(server);
+
+    let said = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 3, "{said}");
+    assert!(lines[0].contains("the region file is gone"), "{said}");
+    assert!(lines[1].contains("now serving region"), "{said}");
+    assert!(lines[2].contains("another file replaced region"), "{said}");
 }
 
 fn find_prometheus() -> Option<PathBuf> {

@@ -78,6 +78,11 @@ fn a_scrape_answers_with_every_metric_in_the_classic_text_format() {
         request(server.addr, "GET", "/nope").status,
         "HTTP/1.1 404 Not Found"
     );
+    // The root points a person with a browser to the metrics (docs/cli.md).
+    let root = request(server.addr, "GET", "/");
+    assert_eq!(root.status, "HTTP/1.1 200 OK");
+    assert!(root.body.contains("/metrics"), "{}", root.body);
+    assert!(!root.body.contains("edgemark_"), "{}", root.body);
 }
 
 #[test]
@@ -223,6 +228,137 @@ fn idle_connections_do_not_starve_scrapes() {
     let reply = scrape(server.addr);
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     assert_full_metrics(&reply);
+}
+
+/// Raises this process's limit of open files to at least `want`, or panics
+/// saying why it cannot.
+fn raise_open_files(want: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_none_or(|c| c >= want) {
+        return;
+    }
+    // Above the hard limit only root may go.
+    let maximum = limit.maximum.map(|m| m.max(want));
+    let raised = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(want),
+            maximum,
+        },
+    );
+    assert!(
+        raised.is_ok(),
+        "this test opens {want} files; the limit is {:?} and cannot be raised (ulimit -n)",
+        limit
+    );
+}
+
+#[test]
+fn clients_that_pipeline_and_never_read_do_not_starve_scrapes() {
+    // More connections than the server's 1024 places (`MAX_CONNECTIONS` in
+    // cli/src/serve.rs): each sends 200 requests at once, with a small
+    // receive buffer, and never reads an answer. A server that waits on
+    // them for ever has no place left for a scraper.
+    const HOSTILE: usize = 1100;
+    raise_open_files(HOSTILE as u64 + 256);
+    let (_dir, server) = served();
+    let pipelined = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(200);
+    let hostile: Vec<TcpStream> = (0..HOSTILE)
+        .map(|_| {
+            use rustix::net::{AddressFamily, SocketType};
+            let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+            rustix::net::sockopt::set_socket_recv_buffer_size(&fd, 2048).unwrap();
+            rustix::net::connect(&fd, &server.addr).unwrap();
+            let mut s = TcpStream::from(fd);
+            // What the server has not read yet waits in this side's send
+            // buffer; a full one is no reason for the test to block.
+            s.set_nonblocking(true).unwrap();
+            let _ = s.write(pipelined.as_bytes());
+            s
+        })
+        .collect();
+    for i in 0..10 {
+        let t = Instant::now();
+        let reply = scrape(server.addr);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "scrape {i} took {:?}",
+            t.elapsed()
+        );
+        assert_full_metrics(&reply);
+    }
+    // Every hostile connection is closed by the server: by the deadline on
+    // writing a response, or to make room for a scraper. Reading what it
+    // sent ends at the close (or at a reset, which drops the rest).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (i, mut s) in hostile.into_iter().enumerate() {
+        s.set_nonblocking(false).unwrap();
+        let mut buf = [0u8; 65536];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "hostile connection {i} is still open");
+            s.set_read_timeout(Some(left)).unwrap();
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    panic!("hostile connection {i} is still open")
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    assert_full_metrics(&scrape(server.addr));
+}
+
+#[test]
+fn a_kept_alive_connection_is_closed_once_idle() {
+    let (_dir, server) = served();
+    let s = connect(server.addr);
+    let mut r = BufReader::new(s);
+    r.get_mut()
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_full_metrics(&read_reply(&mut r, true));
+    // Then nothing: the server closes it (3 s idle; 10 s is the read
+    // timeout of `connect`).
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+}
+
+#[test]
+fn a_connection_is_closed_after_its_hundredth_request() {
+    let (_dir, server) = served();
+    let s = connect(server.addr);
+    let pipelined = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(150);
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let _ = w.write_all(pipelined.as_bytes());
+        })
+    };
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for i in 1..=100 {
+        let reply = read_reply(&mut r, true);
+        assert_full_metrics(&reply);
+        assert_eq!(
+            reply.header("connection"),
+            (i == 100).then_some("close"),
+            "reply {i}"
+        );
+    }
+    let mut rest = Vec::new();
+    let _ = r.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    writer.join().unwrap();
 }
 
 #[test]

@@ -30,8 +30,8 @@ fn have_tmux(test: &str) -> bool {
     ok
 }
 
-/// A tmux server of our own (its own socket) with one 160x50 pane running
-/// `sh script`, killed on drop.
+/// A tmux server of our own (its own socket) with one pane (160x50 unless
+/// said) running `sh script`, killed on drop.
 struct Pane {
     socket: PathBuf,
 }
@@ -40,6 +40,11 @@ impl Pane {
     /// Runs `edgemark top REGION ARGS` in the pane, then prints
     /// `TOP-EXITED <status>` and keeps the pane open.
     fn top(dir: &Path, region: &Path, args: &str) -> Pane {
+        Pane::top_sized(dir, region, args, (160, 50))
+    }
+
+    /// [`Pane::top`] in a pane of `(columns, lines)`.
+    fn top_sized(dir: &Path, region: &Path, args: &str, size: (u16, u16)) -> Pane {
         let script = dir.join("run.sh");
         std::fs::write(
             &script,
@@ -57,9 +62,9 @@ impl Pane {
             "new-session",
             "-d",
             "-x",
-            "160",
+            &size.0.to_string(),
             "-y",
-            "50",
+            &size.1.to_string(),
             "sh",
             script.to_str().unwrap(),
         ]);
@@ -163,6 +168,7 @@ fn top_shows_edges_and_open_requests_live_and_q_restores_the_terminal() {
     for needle in [
         "edge 0->1",
         "edge 1->2",
+        "refreshed every 0.2 s",
         "occupancy 1/32 slots",
         "emit -> send complete",
         "accept -> first output",
@@ -317,4 +323,67 @@ fn top_leaves_with_one_line_when_the_region_header_is_overwritten() {
         return;
     };
     assert!(message.contains("no longer valid"), "{message}");
+}
+
+#[test]
+fn top_in_an_80_by_24_terminal_keeps_labels_whole_and_lists_open_requests() {
+    if !have_tmux("top_in_an_80_by_24_terminal_keeps_labels_whole_and_lists_open_requests") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (path, rec) = region(dir.path(), 32);
+    let tokens: Vec<Token> = (0..12)
+        .map(|i| {
+            let t = rec.begin().unwrap();
+            at(&rec, t, ProducerFirstNonemptyEmit, 1.0 + f64::from(i));
+            at(&rec, t, EdgeFirstSendComplete, 2.0 + f64::from(i));
+            t
+        })
+        .collect();
+    let pane = Pane::top_sized(dir.path(), &path, "--interval 0.2", (80, 24));
+    let screen = pane.wait_for("the open requests", |s| s.contains("of 12"));
+    // "send complete" and "send complete -> accept" are told apart: both
+    // whole, the first followed by its count of closed requests.
+    let send = row(&screen, &["0->1", "send", "complete"]).expect(&screen);
+    assert_eq!(send[3], "0", "{screen}");
+    assert!(
+        row(&screen, &["0->1", "send", "complete", "->", "accept"]).is_some(),
+        "{screen}"
+    );
+    // The pane lists as many rows as its title says, at least one.
+    let title = screen
+        .lines()
+        .find(|l| l.contains("oldest first:"))
+        .expect(&screen);
+    let range = title
+        .split("oldest first: ")
+        .nth(1)
+        .and_then(|r| r.split(" of ").next())
+        .expect(title);
+    let (from, to) = range.split_once('-').expect(title);
+    let (from, to): (usize, usize) = (from.parse().unwrap(), to.parse().unwrap());
+    let listed = tokens
+        .iter()
+        .filter(|t| screen.contains(&t.to_string()))
+        .count();
+    assert_eq!(from, 1, "{screen}");
+    assert!(listed >= 1, "{screen}");
+    assert_eq!(to, listed, "{screen}");
+    // A listed request's values on 0->1, whole.
+    let (i, t) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| screen.contains(&t.to_string()))
+        .unwrap();
+    let listed_row = row(&screen, &[&t.to_string()]).expect(&screen);
+    let (emit, send) = (1.0 + i as f64, 2.0 + i as f64);
+    assert_eq!(
+        listed_row[3..5],
+        [format!("{emit:.1}"), format!("{send:.1}")],
+        "{screen}"
+    );
+    pane.keys("q");
+    let after = pane.wait_for("top to exit", |s| s.contains("TOP-EXITED"));
+    assert!(after.contains("TOP-EXITED 0"), "{after}");
+    drop(rec);
 }

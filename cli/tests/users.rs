@@ -265,6 +265,41 @@ fn a_viewer_with_read_permission_alone_inspects_and_exports() {
         .is_none());
 }
 
+#[test]
+fn a_viewer_with_read_permission_alone_needs_no_flag_to_look() {
+    const NAME: &str = "a_viewer_with_read_permission_alone_needs_no_flag_to_look";
+    let Some(viewer) = other_user("edgemark-viewer", NAME) else {
+        return;
+    };
+    let shared = Shared::new();
+    let p = shared.path("looked-at.region");
+    let ps = p.to_str().unwrap();
+    let owner = Recorder::builder().edge(0, 1).slots(16).create(&p).unwrap();
+    let t = owner.begin().unwrap();
+    let emit = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit);
+    assert_eq!(owner.record(t, emit.chunk_seq(5)), Outcome::Recorded);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    // `snapshot` only reads: it opens the file read-only (as on a read-only
+    // mount, where a read-write open fails), and a file of another user is
+    // no reason to refuse to read it.
+    let out = shared.run(Some(viewer), &["snapshot", ps, &t.to_string()]);
+    let (json, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["0->1:0"]["first_chunk_seq"], 5);
+    let out = shared.run(Some(viewer), &["inspect", ps]);
+    let (listing, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(listing.contains(&t.to_string()), "{listing}");
+    // Writing needs write permission (and then the flag).
+    let out = shared.run(Some(viewer), &["close", ps, &t.to_string()]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert_eq!(owner.snapshot(t).state(), edgemark::RequestState::Open);
+}
+
 /// The address an `edgemark export` child says it serves.
 fn listening_on(child: &mut Child) -> SocketAddr {
     let mut line = String::new();

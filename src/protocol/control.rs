@@ -19,8 +19,13 @@ const LOCK_ROUNDS: u32 = if cfg!(edgemark_loom) { 4 } else { 2_000 };
 pub(crate) enum Reclaimed {
     /// An open request whose owner process is gone.
     DeadOwner,
-    /// A control lock whose holder process is gone.
-    DeadHolder,
+    /// A control lock whose holder process is gone; `live_owner` if it was
+    /// a segment start on a request whose owner still runs (its values are
+    /// discarded while the owner goes on).
+    DeadHolder {
+        /// The request's owner is alive.
+        live_owner: bool,
+    },
 }
 
 /// What [`Proto::close`] did.
@@ -397,7 +402,11 @@ impl Proto<'_> {
                 if d.holder == me || (d.holder != 0 && holder_alive(d.holder)) {
                     return None;
                 }
-                Reclaimed::DeadHolder
+                // A segment start locks an open request, whose owner words
+                // are set (the Acquire above pairs with begin's publication).
+                Reclaimed::DeadHolder {
+                    live_owner: d.state == SlotState::Segmenting && owner_alive(self.owner(slot)),
+                }
             }
         };
         // Acquire: as for the control lock; the CAS fails if the slot moved

@@ -1056,7 +1056,10 @@ impl Recorder {
                 }
                 match proto.reclaim(slot, me, owner_alive, holder_alive) {
                     Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
-                    Some(Reclaimed::DeadHolder) => report.dead_holders += 1,
+                    Some(Reclaimed::DeadHolder { live_owner }) => {
+                        report.dead_holders += 1;
+                        report.live_owners_locked += u32::from(live_owner);
+                    }
                     None => {}
                 }
             }

@@ -40,11 +40,13 @@ pub(crate) use worker::stage_worker;
 pub(crate) const STAGES: u32 = 3;
 
 /// Options of `edgemark demo`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct DemoOptions {
     pub(crate) requests: u32,
     pub(crate) concurrency: u32,
-    pub(crate) json: Option<PathBuf>,
+    /// `--json`: its path and the file, opened before the run so that a
+    /// path that cannot be written fails at once.
+    pub(crate) json: Option<(PathBuf, std::fs::File)>,
     pub(crate) keep: bool,
     pub(crate) seed: u64,
     pub(crate) quiet: bool,

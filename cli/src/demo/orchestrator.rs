@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -56,9 +57,20 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
     if opts.requests == 0 || opts.concurrency == 0 {
         bail!("--requests and --concurrency must be at least 1");
     }
+    // The region has a slot per request open at once (a power of two, at
+    // least 64); say its bound in the option's terms.
+    if opts.concurrency > edgemark::MAX_SLOTS {
+        bail!(
+            "--concurrency {} is more than the demo can keep open at once (at most {})",
+            opts.concurrency,
+            edgemark::MAX_SLOTS
+        );
+    }
     let started = Instant::now();
+    // Private: 0700, whatever the umask.
     let dir = tempfile::Builder::new()
         .prefix("edgemark-demo-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(edgemark::default_dir())
         .context("cannot make a directory for the demo region")?;
     let path = dir.path().join("demo.region");
@@ -67,6 +79,17 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
         .edge(1, 2)
         .slots(opts.concurrency.max(64).next_power_of_two())
         .create(&path)?;
+    // Where to watch it while it runs (standard error: standard output
+    // holds the summary).
+    let shown = path.display();
+    eprintln!(
+        "edgemark demo: region {shown}{}\n  watch it live:  edgemark top {shown}\n  or serve it:    edgemark export {shown} --listen 127.0.0.1:9464",
+        if opts.keep {
+            " (kept at the end)"
+        } else {
+            " (removed at the end; --keep keeps it)"
+        }
+    );
 
     let exe = std::env::current_exe().context("cannot find the edgemark executable")?;
     let (tx, rx) = mpsc::channel::<Report>();
@@ -228,18 +251,23 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
     }
     drop(workers);
 
-    if let Some(p) = &opts.json {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        );
-        for (s, _) in &finals {
-            serde_json::to_writer(&mut f, s)?;
-            writeln!(f)?;
-        }
-        f.flush()?;
+    if let Some((p, file)) = &opts.json {
+        let write = || -> std::io::Result<()> {
+            let mut f = std::io::BufWriter::new(file);
+            for (s, _) in &finals {
+                serde_json::to_writer(&mut f, s)?;
+                writeln!(f)?;
+            }
+            f.flush()
+        };
+        write().with_context(|| format!("cannot write {}", p.display()))?;
     }
     let counters = rec.counters();
     let region = if opts.keep {
+        // The workers are gone: their connector sockets go too.
+        for stage in 0..STAGES {
+            let _ = std::fs::remove_file(socket_path(dir.path(), stage));
+        }
         let kept = dir.keep();
         Some(kept.join("demo.region"))
     } else {

@@ -24,18 +24,21 @@ use super::data::{percentile, short_event, Collected, Request, Seg};
 /// Bins of every histogram.
 pub(crate) const BINS: usize = 20;
 
-/// Writes the page for the demo's final snapshots.
-pub(crate) fn write_demo(finals: &[(Snapshot, bool)], file: &Path) -> Result<()> {
+/// Writes the page for the demo's final snapshots into `file`, opened
+/// at `path` before the run.
+pub(crate) fn write_demo(
+    finals: &[(Snapshot, bool)],
+    path: &Path,
+    mut file: std::fs::File,
+) -> Result<()> {
     let mut c = Collected::default();
     for (i, (snap, _)) in finals.iter().enumerate() {
         c.push(i + 1, &snap.to_json())
             .with_context(|| format!("snapshot {}", i + 1))?;
     }
-    write(
-        &c,
-        "edgemark demo (line numbers are the order of --json)",
-        file,
-    )
+    let text = page(&c, "edgemark demo (line numbers are the order of --json)");
+    std::io::Write::write_all(&mut file, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Writes the page for snapshots collected as JSON lines in `input`.

@@ -45,11 +45,12 @@ pub(crate) fn run(rec: Recorder, path: &Path, interval: f64) -> Result<()> {
     if !io::stdout().is_terminal() {
         bail!("top draws on a terminal; for a pipe or a file use `edgemark watch` or `edgemark inspect`");
     }
-    let mut top = Top::new(rec, path)?;
+    let interval = Duration::from_secs_f64(interval);
+    let mut top = Top::new(rec, path, interval)?;
     let guard = TerminalGuard::enter()?;
     let result = Terminal::new(CrosstermBackend::new(io::stdout()))
         .context("cannot draw on this terminal")
-        .and_then(|mut term| top.run(&mut term, Duration::from_secs_f64(interval)));
+        .and_then(|mut term| top.run(&mut term, interval));
     // Leave the alternate screen before the caller prints any error.
     drop(guard);
     result
@@ -141,13 +142,15 @@ struct Top {
     first_seen: HashMap<Token, (Instant, bool)>,
     open: Vec<OpenRow>,
     refreshes: u64,
-    /// The first open request shown, and how many rows fit.
+    /// Time between refreshes.
+    interval: Duration,
+    /// The first open request shown, and how many rows fit (possibly none).
     scroll: usize,
     page: usize,
 }
 
 impl Top {
-    fn new(rec: Recorder, path: &Path) -> Result<Top> {
+    fn new(rec: Recorder, path: &Path, interval: Duration) -> Result<Top> {
         let info = rec
             .info()
             .ok_or_else(|| anyhow!("the recorder is disabled"))?;
@@ -168,6 +171,7 @@ impl Top {
             first_seen: HashMap::new(),
             open: Vec::new(),
             refreshes: 0,
+            interval,
             scroll: 0,
             page: 1,
             rec,
@@ -329,7 +333,9 @@ impl Top {
         }
         self.last = Some((now, counters, open.len()));
         self.open = open;
-        self.scroll = self.scroll.min(self.open.len().saturating_sub(self.page));
+        self.scroll = self
+            .scroll
+            .min(self.open.len().saturating_sub(self.page.max(1)));
         Ok(())
     }
 
@@ -354,7 +360,8 @@ impl Top {
                 if k.kind != KeyEventKind::Press {
                     continue;
                 }
-                let max = self.open.len().saturating_sub(self.page);
+                let page = self.page.max(1);
+                let max = self.open.len().saturating_sub(page);
                 match k.code {
                     KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
                     KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
@@ -362,8 +369,8 @@ impl Top {
                     }
                     KeyCode::Up => self.scroll = self.scroll.saturating_sub(1),
                     KeyCode::Down => self.scroll = (self.scroll + 1).min(max),
-                    KeyCode::PageUp => self.scroll = self.scroll.saturating_sub(self.page),
-                    KeyCode::PageDown => self.scroll = (self.scroll + self.page).min(max),
+                    KeyCode::PageUp => self.scroll = self.scroll.saturating_sub(page),
+                    KeyCode::PageDown => self.scroll = (self.scroll + page).min(max),
                     KeyCode::Home => self.scroll = 0,
                     KeyCode::End => self.scroll = max,
                     _ => {}
@@ -375,11 +382,18 @@ impl Top {
     fn draw(&mut self, f: &mut Frame<'_>) {
         let metrics_per_edge = (2 * self.events.len()).saturating_sub(1).max(1);
         let latency_rows = (self.rec.edges().len() * metrics_per_edge) as u16;
+        // The header and the gauge take five lines; the open requests keep
+        // room for a few rows (borders and two header lines take four), and
+        // the latency table, whose title then says how many of its rows it
+        // shows, gets the rest.
+        let below = f.area().height.saturating_sub(5);
+        let open_rows = (self.open.len() as u16).clamp(1, 3);
+        let latency_height = (latency_rows + 3).min(below.saturating_sub(4 + open_rows));
         let [head, gauge, latency, open] = Layout::vertical([
             Constraint::Length(4),
             Constraint::Length(1),
-            Constraint::Length(latency_rows + 3),
-            Constraint::Min(4),
+            Constraint::Length(latency_height),
+            Constraint::Fill(1),
         ])
         .areas(f.area());
         self.draw_head(f, head);
@@ -414,12 +428,12 @@ impl Top {
             Line::from(vec![
                 "edgemark top ".bold(),
                 format!(
-                    "{}  region {:016x}  {} edges  up {:.0} s  refresh {}",
+                    "{}  region {:016x}  {} edges  up {:.0} s  refreshed every {} s",
                     self.path.display(),
                     self.info.region_id,
                     self.rec.edges().len(),
                     self.started.elapsed().as_secs_f64(),
-                    self.refreshes
+                    self.interval.as_secs_f64()
                 )
                 .into(),
             ]),
@@ -442,50 +456,90 @@ impl Top {
             Some(x) if x.is_infinite() => format!(">{}", edgemark::BUCKETS_MS[14]),
             Some(x) => format!("{x:.2}"),
         };
+        // Every column as wide as its widest entry, so that no label is cut
+        // (two labels cut to one width can read the same); the bars only
+        // where the terminal has room for all of them.
+        let text_width = |texts: &mut dyn Iterator<Item = usize>, header: &str| {
+            texts.max().unwrap_or(0).max(header.chars().count()) as u16
+        };
+        let edge_w = text_width(&mut self.latency.iter().map(|(e, _, _)| e.len()), "edge");
+        let metric_w = text_width(
+            &mut self.latency.iter().map(|(_, m, _)| m.chars().count()),
+            "boundary / delta",
+        );
+        let bars_w = (edgemark::BUCKETS_MS.len() + 1).max("per bucket".len()) as u16;
+        let fixed = 2 + edge_w + 1 + metric_w + 1 + 7 + 3 * (1 + 9);
+        let bars = area.width >= fixed + 1 + bars_w;
         let rows = self.latency.iter().map(|(edge, metric, h)| {
-            Row::new(vec![
+            let mut cells = vec![
                 edge.clone(),
                 metric.clone(),
                 h.count.to_string(),
                 ms(quantile(h, 0.50)),
                 ms(quantile(h, 0.95)),
                 ms(quantile(h, 0.99)),
-                spark(&h.buckets),
-            ])
+            ];
+            if bars {
+                cells.push(spark(&h.buckets));
+            }
+            Row::new(cells)
         });
-        let header = Row::new([
-            "edge",
-            "boundary / delta",
-            "closed",
-            "p50",
-            "p95",
-            "p99",
-            "per bucket",
-        ])
-        .style(Style::new().add_modifier(Modifier::BOLD));
-        let widths = [
-            Constraint::Length(8),
-            Constraint::Length(28),
-            Constraint::Length(8),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(18),
+        let mut header = vec!["edge", "boundary / delta", "closed", "p50", "p95", "p99"];
+        let mut widths = vec![
+            Constraint::Length(edge_w),
+            Constraint::Length(metric_w),
+            Constraint::Length(7),
+            Constraint::Length(9),
+            Constraint::Length(9),
+            Constraint::Length(9),
         ];
+        if bars {
+            header.push("per bucket");
+            widths.push(Constraint::Length(bars_w));
+        }
+        let header = Row::new(header).style(Style::new().add_modifier(Modifier::BOLD));
+        // Borders and the header line take three lines.
+        let fit = usize::from(area.height.saturating_sub(3));
+        let mut title = String::from(" latency ms of requests closed since top started");
+        if bars {
+            title.push_str(" (bars: buckets 0.5 ms .. 30 s)");
+        }
+        if fit < self.latency.len() {
+            title.push_str(&format!(
+                "; {fit} of {} rows (a taller terminal shows all)",
+                self.latency.len()
+            ));
+        }
+        title.push(' ');
         let table = Table::new(rows, widths)
             .header(header)
-            .block(Block::bordered().title(
-                " latency ms of requests closed since top started (bars: buckets 0.5 ms .. 30 s) ",
-            ));
+            .block(Block::bordered().title(title));
         f.render_widget(table, area);
     }
 
     fn draw_open(&mut self, f: &mut Frame<'_>, area: Rect) {
-        // Borders and the two header lines take four lines.
-        self.page = usize::from(area.height.saturating_sub(4)).max(1);
-        let max = self.open.len().saturating_sub(self.page);
+        // Borders and the two header lines take four lines: what is left is
+        // the page, which may be no row at all.
+        self.page = usize::from(area.height.saturating_sub(4));
+        let max = self.open.len().saturating_sub(self.page.max(1));
         self.scroll = self.scroll.min(max);
         let edges = self.rec.edges();
+        let shown: Vec<&OpenRow> = self.open.iter().skip(self.scroll).take(self.page).collect();
+        // Columns as wide as what they hold; as many edges as fit.
+        let token_w = shown
+            .iter()
+            .map(|r| r.token.to_string().len() + if r.corrupt { 8 } else { 0 })
+            .max()
+            .unwrap_or(0)
+            .max("token".len()) as u16;
+        let segment_mark = shown
+            .iter()
+            .any(|r| r.edges.iter().flatten().any(|(segment, _)| *segment > 0));
+        let n_events = self.events.len().max(1) as u16;
+        let cell_w = 9 * n_events - 1 + if segment_mark { 4 } else { 0 };
+        let fixed = 2 + token_w + 1 + 8 + 1 + 5;
+        let fit_edges =
+            usize::from(area.width.saturating_sub(fixed) / (cell_w + 1)).min(edges.len());
         // Two header lines: the edge, then each event's short name over its
         // column of values.
         let names: Vec<String> = self
@@ -501,20 +555,19 @@ impl Top {
             .into_iter()
             .map(|h| Text::from(vec![Line::from(h), Line::from("")]))
             .collect();
-        header.extend(edges.iter().map(|e| {
+        header.extend(edges.iter().take(fit_edges).map(|e| {
             Text::from(vec![
                 Line::from(format!("edge {e} (ms from start)")),
                 Line::from(names.join(" ")),
             ])
         }));
-        let cell_width = (9 * self.events.len()).max(12) as u16;
         let mut widths = vec![
-            Constraint::Length(38),
-            Constraint::Length(9),
-            Constraint::Length(6),
+            Constraint::Length(token_w),
+            Constraint::Length(8),
+            Constraint::Length(5),
         ];
-        widths.extend(edges.iter().map(|_| Constraint::Length(cell_width)));
-        let rows = self.open.iter().skip(self.scroll).take(self.page).map(|r| {
+        widths.extend((0..fit_edges).map(|_| Constraint::Length(cell_w)));
+        let rows = shown.iter().map(|r| {
             let mut cells = vec![
                 if r.corrupt {
                     format!("{} corrupt", r.token)
@@ -528,7 +581,7 @@ impl Top {
                 ),
                 format!("{}/{}", r.reached, edges.len()),
             ];
-            cells.extend(r.edges.iter().map(|e| {
+            cells.extend(r.edges.iter().take(fit_edges).map(|e| {
                 match e {
                     None => vec!["-"; self.events.len()]
                         .iter()
@@ -558,17 +611,29 @@ impl Top {
             }));
             Row::new(cells)
         });
-        let shown_to = (self.scroll + self.page).min(self.open.len());
-        let title = format!(
-            " open requests, oldest first: {}-{} of {} (* another clock domain; sN segment N) ",
-            if self.open.is_empty() {
-                0
-            } else {
-                self.scroll + 1
-            },
-            shown_to,
-            self.open.len()
-        );
+        let mut title = if self.open.is_empty() {
+            " open requests: none".to_owned()
+        } else if shown.is_empty() {
+            format!(
+                " open requests: {}, no room to list them (a taller terminal shows them)",
+                self.open.len()
+            )
+        } else {
+            format!(
+                " open requests, oldest first: {}-{} of {}",
+                self.scroll + 1,
+                self.scroll + shown.len(),
+                self.open.len()
+            )
+        };
+        if fit_edges < edges.len() {
+            title.push_str(&format!(
+                "; {} of {} edges (wider shows all)",
+                fit_edges,
+                edges.len()
+            ));
+        }
+        title.push_str(" (* another clock domain; sN segment N) ");
         let table = Table::new(rows, widths)
             .header(
                 Row::new(header)

@@ -19,21 +19,32 @@ pub struct Exporter {
 impl Exporter {
     /// Serves `region` until dropped.
     pub fn start(region: &Path) -> Exporter {
-        Exporter::spawn(region, &[])
+        Exporter::spawn(region, &[], Stdio::inherit())
+    }
+
+    /// Serves `region` until dropped, its standard error going to `log`.
+    pub fn start_logged(region: &Path, log: &Path) -> Exporter {
+        let log = std::fs::File::create(log).expect("create the exporter's log");
+        Exporter::spawn(region, &[], Stdio::from(log))
     }
 
     /// Serves `region` for `seconds`.
     pub fn start_for(region: &Path, seconds: f64) -> Exporter {
-        Exporter::spawn(region, &["--serve-for", &seconds.to_string()])
+        Exporter::spawn(
+            region,
+            &["--serve-for", &seconds.to_string()],
+            Stdio::inherit(),
+        )
     }
 
-    fn spawn(region: &Path, args: &[&str]) -> Exporter {
+    fn spawn(region: &Path, args: &[&str], stderr: Stdio) -> Exporter {
         let mut child = Command::new(env!("CARGO_BIN_EXE_edgemark"))
             .arg("export")
             .arg(region)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .expect("spawn edgemark export");
         let mut line = String::new();
