@@ -27,7 +27,10 @@ def test_without_vllm_omni_one_warning_and_nothing_patched(tmp_path):
         "logging.basicConfig(stream=sys.stdout, format='%(levelname)s %(message)s')\n"
         "print(vllm_omni.instrument(), vllm_omni.instrument(), vllm_omni.is_instrumented())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # Run elsewhere than the sources, whose package lacks the built module.
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
     lines = out.splitlines()
     assert lines[-1] == "False False False"
     warnings = [line for line in lines if line.startswith("WARNING")]
@@ -49,6 +52,7 @@ def test_clean_removes_only_what_dead_servers_left(tmp_path):
         capture_output=True,
         text=True,
         check=True,
+        cwd=tmp_path.parent,
     ).stdout
     left = sorted(os.listdir(tmp_path))
     assert left == sorted(["other.region", f"edgemark-vllm-omni-{live}.region", f"edgemark-vllm-omni-{live}.requests"])
