@@ -240,7 +240,8 @@ class _Recorder:
         self.dir = _lookup_dir(path)
         self.region: Optional[Region] = None
         self.next_attach = 0.0
-        self.requests: "collections.OrderedDict[str, _Request]" = collections.OrderedDict()
+        # The module's cache: the wrappers' fast paths read it directly.
+        self.requests = _requests
         self.lock = threading.Lock()
 
     def _region(self) -> Optional[Region]:
@@ -332,6 +333,8 @@ class _Recorder:
 
 _owner: Optional[_Owner] = None
 _recorder: Optional[_Recorder] = None
+#: The request instances this process knows, by request ID (``_Recorder``).
+_requests: "collections.OrderedDict[str, _Request]" = collections.OrderedDict()
 _state_lock = threading.Lock()
 _said: set = set()
 
@@ -451,31 +454,29 @@ def _put_key_request(put_key: Any) -> Optional[str]:
     return parts[0] if len(parts) == 3 else None
 
 
-_tls = threading.local()
-
-
 # ---------------------------------------------------------------------------
 # The wrappers. Each calls through exactly once, whatever happens in its own
 # code, and passes vLLM-Omni's return value and exceptions on unchanged.
-
-
-def _done(rid: Any, key: Tuple[int, int, int]) -> bool:
-    """Whether this process has nothing more to record for ``key`` of the
-    request ``rid``: the per-chunk fast path, one dict lookup."""
-    rec = _recorder
-    if rec is None:
-        return False
-    req = rec.requests.get(rid)
-    return req is not None and key in req.done
+#
+# The three that run for every chunk start with a fast path: once this
+# process has recorded (or given up on) its event of a request, the wrapper
+# costs one lookup in ``_requests`` and the call through.
 
 
 def _wrap_enqueue(orig: Callable) -> Callable:
     def _enqueue_chunk_payload(self, request, payload_data, *, wait_for_delivery=False):
         try:
+            # The external request ID, resolved as vLLM-Omni's
+            # `_resolve_external_req_id` does (mapping, request, own ID).
             raw = getattr(request, "request_id", None) or getattr(request, "req_id", None)
-            rid = self._resolve_external_req_id(request, raw)
+            rid = self._request_ids_mapping.get(raw) if raw is not None else None
+            if rid is None:
+                rid = getattr(request, "external_req_id", None)
+                if rid is None:
+                    rid = raw
+            req = _requests.get(rid)
             key = (self._stage_id, self._next_stage_id, _EMIT)
-            if not _done(rid, key):
+            if req is None or key not in req.done:
                 _get_recorder().record(
                     rid,
                     int(key[0]),
@@ -518,12 +519,10 @@ def _wrap_send(orig: Callable) -> Callable:
     def _send_single_request(self, task):
         ok = orig(self, task)
         try:
-            if ok is True and not _done(task.get("request_id"), (task.get("stage_id"), task.get("next_stage_id"), _SEND)):
-                rid = _put_key_request(task.get("put_key")) or task.get("request_id")
-                frm, to = _stage(task.get("stage_id")), _stage(task.get("next_stage_id"))
-                if isinstance(rid, str) and frm is not None and to is not None and self._omni_connector is not None:
-                    data = task.get("data")
-                    _get_recorder().record(rid, frm, to, _SEND, lambda: _payload_meaningful(self, data))
+            if ok is True:
+                req = _requests.get(task.get("request_id"))
+                if req is None or (task.get("stage_id"), task.get("next_stage_id"), _SEND) not in req.done:
+                    _record_send(self, task)
         except Exception as e:  # noqa: BLE001
             _debug_once("w-send", "edgemark: send complete not recorded: %r", e)
         return ok
@@ -531,47 +530,69 @@ def _wrap_send(orig: Callable) -> Callable:
     return _send_single_request
 
 
-def _wrap_recv(orig: Callable) -> Callable:
-    def _recv_result(self, connector, from_stage, to_stage, connector_get_key, *args, **kwargs):
-        result = orig(self, connector, from_stage, to_stage, connector_get_key, *args, **kwargs)
-        if getattr(_tls, "polling", False):
-            _tls.received = (from_stage, to_stage, result)
-        return result
+def _record_send(host: Any, task: dict) -> None:
+    rid = _put_key_request(task.get("put_key")) or task.get("request_id")
+    frm, to = _stage(task.get("stage_id")), _stage(task.get("next_stage_id"))
+    if isinstance(rid, str) and frm is not None and to is not None and host._omni_connector is not None:
+        data = task.get("data")
+        _get_recorder().record(rid, frm, to, _SEND, lambda: _payload_meaningful(host, data))
 
-    _recv_result.__name__ = orig.__name__
-    return _recv_result
+
+#: The receive helpers whose result says what a poll admitted.
+_RECV = ("_recv_async_chunk_result", "_recv_full_payload_result")
 
 
 def _wrap_poll(orig: Callable) -> Callable:
     def _poll_single_request(self, req_id, *, publish_ready=True):
         try:
             # vLLM-Omni polls the edge (stage - 1) -> stage.
-            if _done(self._request_ids_mapping.get(req_id, req_id), (self._stage_id - 1, self._stage_id, _ACCEPT)):
+            req = _requests.get(self._request_ids_mapping.get(req_id, req_id))
+            if req is not None and (self._stage_id - 1, self._stage_id, _ACCEPT) in req.done:
                 return orig(self, req_id, publish_ready=publish_ready)
         except Exception:  # noqa: BLE001 - then take the recording path
             pass
-        _tls.polling, _tls.received = True, None
-        try:
-            admitted = orig(self, req_id, publish_ready=publish_ready)
-        finally:
-            _tls.polling = False
-        try:
-            received = _tls.received
-            _tls.received = None
-            if admitted is True and received is not None and received[2]:
-                frm, to, (payload, _size) = _stage(received[0]), _stage(received[1]), received[2]
-                if frm is not None and to is not None:
-                    rid = self._request_ids_mapping.get(req_id, req_id)
-                    if self._async_chunk:
-                        meaningful = lambda: _payload_meaningful(self, payload)  # noqa: E731
-                    else:
-                        meaningful = lambda: _has_content(payload)  # noqa: E731
-                    _get_recorder().record(rid, frm, to, _ACCEPT, meaningful)
-        except Exception as e:  # noqa: BLE001
-            _debug_once("w-accept", "edgemark: consumer accept not recorded: %r", e)
-        return admitted
+        return _poll_and_record(orig, self, req_id, publish_ready)
 
     return _poll_single_request
+
+
+def _poll_and_record(orig: Callable, host: Any, req_id: Any, publish_ready: bool):
+    """A poll whose accept is not recorded yet: it sees what the receive
+    helpers return, through bound methods set on this runner for the call
+    (only its receive thread polls it), and records the accept."""
+    received: list = []
+    shadowed = []
+    try:
+        for name in _RECV:
+            bound = getattr(host, name)
+
+            def capture(connector, from_stage, to_stage, key, *args, _bound=bound, **kwargs):
+                result = _bound(connector, from_stage, to_stage, key, *args, **kwargs)
+                received.append((from_stage, to_stage, result))
+                return result
+
+            host.__dict__[name] = capture
+            shadowed.append(name)
+    except Exception as e:  # noqa: BLE001
+        _debug_once("w-accept", "edgemark: consumer accept not recorded: %r", e)
+    try:
+        admitted = orig(host, req_id, publish_ready=publish_ready)
+    finally:
+        for name in shadowed:
+            host.__dict__.pop(name, None)
+    try:
+        if admitted is True and received and received[-1][2]:
+            frm, to, (payload, _size) = _stage(received[-1][0]), _stage(received[-1][1]), received[-1][2]
+            if frm is not None and to is not None:
+                rid = host._request_ids_mapping.get(req_id, req_id)
+                if host._async_chunk:
+                    meaningful = lambda: _payload_meaningful(host, payload)  # noqa: E731
+                else:
+                    meaningful = lambda: _has_content(payload)  # noqa: E731
+                _get_recorder().record(rid, frm, to, _ACCEPT, meaningful)
+    except Exception as e:  # noqa: BLE001
+        _debug_once("w-accept", "edgemark: consumer accept not recorded: %r", e)
+    return admitted
 
 
 def _wrap_cleanup_request(orig: Callable) -> Callable:
@@ -736,7 +757,8 @@ class _Target:
     attr: str
     #: The parameter names the wrapper relies on, in order (``None``: any).
     params: Optional[Tuple[str, ...]]
-    wrap: Callable[[Callable], Callable]
+    #: ``None``: checked, not patched (the receive helpers a poll shadows).
+    wrap: Optional[Callable[[Callable], Callable]]
     is_async: bool = False
 
 
@@ -748,9 +770,9 @@ _TARGETS: Tuple[_Target, ...] = (
     _Target(_TRANSPORT, "_OmniConnectorPayloadTransportMixin", "_send_single_request",
             ("self", "task"), _wrap_send),
     _Target(_TRANSPORT, "_OmniConnectorPayloadTransportMixin", "_recv_async_chunk_result",
-            _RECV_PARAMS, _wrap_recv),
+            _RECV_PARAMS, None),
     _Target(_TRANSPORT, "_OmniConnectorPayloadTransportMixin", "_recv_full_payload_result",
-            _RECV_PARAMS, _wrap_recv),
+            _RECV_PARAMS, None),
     _Target(_TRANSPORT, "_OmniConnectorPayloadTransportMixin", "_poll_single_request",
             ("self", "req_id", "publish_ready"), _wrap_poll),
     _Target("vllm_omni.distributed.omni_connectors.model_runner.omni_connector_runtime",
@@ -851,6 +873,8 @@ def instrument() -> bool:
             )
             return False
         for target, cls, func in resolved:
+            if target.wrap is None:
+                continue
             wrapper = target.wrap(func)
             wrapper.__wrapped__ = func  # type: ignore[attr-defined]
             wrapper.__qualname__ = func.__qualname__
