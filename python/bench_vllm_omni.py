@@ -1,7 +1,7 @@
 """What the vLLM-Omni plugin adds per chunk, with the plugin off and on in
 one process, in one run, alternating.
 
-    pip install "./python[vllm-omni]" && python python/bench_vllm_omni.py [--repeats 15] [--n 2000]
+    pip install "./python[vllm-omni]" && python python/bench_vllm_omni.py [--repeats 200] [--n 100]
 
 One round is one chunk's trip through vLLM-Omni's own transport code, with
 the calls the plugin wraps: the producer's ``send_chunk`` (payload hook,
@@ -13,6 +13,10 @@ The calls run on the bench's thread, not on the transport's background
 threads, so that a round is timed whole; the connector is an in-memory
 dict, as in vLLM-Omni's own unit tests, so that its cost does not drown the
 difference (SharedMemoryConnector's put and get cost tens of microseconds).
+
+Every round is timed on its own and the figures are medians of rounds, so
+that a round the machine preempted does not move them; the modes alternate
+block by block, so that drift hits both alike.
 
 Both modes run the same rounds of one open request whose four events were
 recorded by its first chunk: the steady state of a stream. The first chunk
@@ -84,31 +88,34 @@ def runners():
     return producer, consumer
 
 
-def rounds(producer, consumer, rid: str, n: int) -> float:
-    """Seconds per round, over ``n`` rounds."""
+def rounds(producer, consumer, rid: str, n: int) -> list:
+    """The nanoseconds of each of ``n`` rounds."""
     request = SimpleNamespace(request_id=rid, external_req_id=rid)
     handle = SimpleNamespace(request_id=rid, external_req_id=rid, payload_sender_info=None)
     consumer._request_ids_mapping[rid] = rid
     pending = producer._pending_save_reqs
-    t0 = time.perf_counter()
+    clock = time.perf_counter_ns
+    out = []
     for _ in range(n):
+        t0 = clock()
         producer.send_chunk(request, pooling_output=None)
         task = pending[rid].popleft()
         del pending[rid]
         producer._send_single_request(task)
         consumer._pending_load_reqs[rid] = handle
         consumer._poll_single_request(rid)
-        # The model step consumes the staged payload.
+        out.append(clock() - t0)
+        # The model step consumes the staged payload (not timed).
         consumer._local_stage_payload_cache.pop(rid, None)
         consumer._local_request_metadata.pop(rid, None)
         consumer._finished_load_reqs.discard(rid)
-    return (time.perf_counter() - t0) / n
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=15, help="alternated off/on blocks")
-    ap.add_argument("--n", type=int, default=2000, help="rounds per block")
+    ap.add_argument("--repeats", type=int, default=200, help="alternated off/on blocks")
+    ap.add_argument("--n", type=int, default=100, help="rounds per block")
     args = ap.parse_args()
 
     os.environ.setdefault("EDGEMARK_VLLM_OMNI_REGION", os.path.join(tempfile.mkdtemp(), "bench.region"))
@@ -120,7 +127,7 @@ def main() -> None:
     if owner is None:
         sys.exit("no region")
     owner.begin(rid)
-    off, on = [], []
+    off, on = [], []  # every round's time, per mode
     # Warm-up in both modes; the first instrumented chunk records the events.
     rounds(producer, consumer, rid, args.n)
     vllm_omni.instrument() or sys.exit("the plugin did not instrument this vllm-omni")
@@ -132,10 +139,10 @@ def main() -> None:
         for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
             if mode == "on":
                 vllm_omni.instrument()
-                on.append(rounds(producer, consumer, rid, args.n))
+                on.extend(rounds(producer, consumer, rid, args.n))
             else:
                 vllm_omni.uninstrument()
-                off.append(rounds(producer, consumer, rid, args.n))
+                off.extend(rounds(producer, consumer, rid, args.n))
     vllm_omni.uninstrument()
 
     # The first chunk of a request in a stage process: one lookup read.
@@ -147,14 +154,16 @@ def main() -> None:
             vllm_omni._read_entry(directory, rid)
         reads.append((time.perf_counter() - t0) / 200)
 
-    us = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
-    diffs = [b - a for a, b in zip(off, on)]
-    print(f"rounds of send_chunk + _send_single_request + _poll_single_request, {args.repeats} blocks of {args.n}")
-    print(f"  plugin off              {us(off):8.2f} us per chunk (median of block medians)")
-    print(f"  plugin on               {us(on):8.2f} us per chunk")
-    print(f"  added by the plugin     {us(diffs):8.2f} us per chunk (median of paired differences;"
-          f" min {min(diffs) * 1e6:.2f}, max {max(diffs) * 1e6:.2f})")
-    print(f"  token lookup read       {us(reads):8.2f} us, once per request and stage process")
+    us = lambda xs: statistics.median(xs) / 1000  # noqa: E731
+    q = lambda xs, p: sorted(xs)[int(p * (len(xs) - 1))] / 1000  # noqa: E731
+    print(
+        f"rounds of send_chunk + _send_single_request + _poll_single_request,"
+        f" {args.repeats} alternated blocks of {args.n} per mode, every round timed"
+    )
+    print(f"  plugin off              {us(off):8.2f} us per chunk (median; p90 {q(off, 0.9):.2f})")
+    print(f"  plugin on               {us(on):8.2f} us per chunk (median; p90 {q(on, 0.9):.2f})")
+    print(f"  added by the plugin     {us(on) - us(off):8.2f} us per chunk (difference of the medians)")
+    print(f"  token lookup read       {statistics.median(reads) * 1e6:8.2f} us, once per request and stage process")
 
 
 if __name__ == "__main__":

@@ -458,38 +458,59 @@ def _put_key_request(put_key: Any) -> Optional[str]:
 # The wrappers. Each calls through exactly once, whatever happens in its own
 # code, and passes vLLM-Omni's return value and exceptions on unchanged.
 #
-# The three that run for every chunk start with a fast path: once this
-# process has recorded (or given up on) its event of a request, the wrapper
-# costs one lookup in ``_requests`` and the call through.
+# The three that run for every chunk start with a fast path: once a runner
+# has recorded (or given up on) its event of a request, the request's ID is
+# in a set on the runner (``_edgemark_emitted``, ``_sent``, ``_accepted``),
+# and the wrapper costs one membership test and the call through. The sets
+# hold vLLM-Omni's own ID for the call (the fast path resolves nothing);
+# ``cleanup_finished_request`` empties them of a freed request.
+
+
+def _mark_done(host: Any, attr: str, request_id: Any, key: Tuple[int, int, int]) -> None:
+    """Remembers on the runner that its event ``key`` of ``request_id`` needs
+    nothing more, once the recorder says so: the fast path's set."""
+    req = _requests.get(request_id)
+    if req is None or key not in req.done:
+        return
+    done = host.__dict__.get(attr)
+    if done is None or len(done) >= _CACHE:
+        done = host.__dict__[attr] = set()
+    done.add(request_id)
 
 
 def _wrap_enqueue(orig: Callable) -> Callable:
     def _enqueue_chunk_payload(self, request, payload_data, *, wait_for_delivery=False):
         try:
-            # The external request ID, resolved as vLLM-Omni's
-            # `_resolve_external_req_id` does (mapping, request, own ID).
-            raw = getattr(request, "request_id", None) or getattr(request, "req_id", None)
-            rid = self._request_ids_mapping.get(raw) if raw is not None else None
-            if rid is None:
-                rid = getattr(request, "external_req_id", None)
-                if rid is None:
-                    rid = raw
-            req = _requests.get(rid)
-            key = (self._stage_id, self._next_stage_id, _EMIT)
-            if req is None or key not in req.done:
-                _get_recorder().record(
-                    rid,
-                    int(key[0]),
-                    int(key[1]),
-                    _EMIT,
-                    lambda: _payload_meaningful(self, payload_data),
-                    self._put_req_chunk.get(rid, 0),
-                )
+            if request.request_id in self._edgemark_emitted:
+                return orig(self, request, payload_data, wait_for_delivery=wait_for_delivery)
+        except Exception:  # noqa: BLE001 - then take the recording path
+            pass
+        try:
+            _record_emit(self, request, payload_data)
         except Exception as e:  # noqa: BLE001
             _debug_once("w-emit", "edgemark: producer emit not recorded: %r", e)
         return orig(self, request, payload_data, wait_for_delivery=wait_for_delivery)
 
     return _enqueue_chunk_payload
+
+
+def _record_emit(host: Any, request: Any, payload: Any) -> None:
+    # The external request ID, as vLLM-Omni's `_resolve_external_req_id`
+    # resolves it (its mapping, the request's, its own ID).
+    raw = getattr(request, "request_id", None) or getattr(request, "req_id", None)
+    rid = host._request_ids_mapping.get(raw) if raw is not None else None
+    if rid is None:
+        rid = getattr(request, "external_req_id", None)
+        if rid is None:
+            rid = raw
+    frm, to = _stage(host._stage_id), _stage(host._next_stage_id)
+    if not isinstance(rid, str) or frm is None or to is None:
+        return
+    _get_recorder().record(
+        rid, frm, to, _EMIT, lambda: _payload_meaningful(host, payload), host._put_req_chunk.get(rid, 0)
+    )
+    if raw == rid:
+        _mark_done(host, "_edgemark_emitted", rid, (frm, to, _EMIT))
 
 
 def _wrap_send_full(orig: Callable) -> Callable:
@@ -518,11 +539,15 @@ def _wrap_send_full(orig: Callable) -> Callable:
 def _wrap_send(orig: Callable) -> Callable:
     def _send_single_request(self, task):
         ok = orig(self, task)
+        if ok is not True:
+            return ok
         try:
-            if ok is True:
-                req = _requests.get(task.get("request_id"))
-                if req is None or (task.get("stage_id"), task.get("next_stage_id"), _SEND) not in req.done:
-                    _record_send(self, task)
+            if task["request_id"] in self._edgemark_sent:
+                return ok
+        except Exception:  # noqa: BLE001 - no set yet: the recording path
+            pass
+        try:
+            _record_send(self, task)
         except Exception as e:  # noqa: BLE001
             _debug_once("w-send", "edgemark: send complete not recorded: %r", e)
         return ok
@@ -536,6 +561,8 @@ def _record_send(host: Any, task: dict) -> None:
     if isinstance(rid, str) and frm is not None and to is not None and host._omni_connector is not None:
         data = task.get("data")
         _get_recorder().record(rid, frm, to, _SEND, lambda: _payload_meaningful(host, data))
+        if task.get("request_id") == rid:
+            _mark_done(host, "_edgemark_sent", rid, (frm, to, _SEND))
 
 
 #: The receive helpers whose result says what a poll admitted.
@@ -545,9 +572,7 @@ _RECV = ("_recv_async_chunk_result", "_recv_full_payload_result")
 def _wrap_poll(orig: Callable) -> Callable:
     def _poll_single_request(self, req_id, *, publish_ready=True):
         try:
-            # vLLM-Omni polls the edge (stage - 1) -> stage.
-            req = _requests.get(self._request_ids_mapping.get(req_id, req_id))
-            if req is not None and (self._stage_id - 1, self._stage_id, _ACCEPT) in req.done:
+            if req_id in self._edgemark_accepted:
                 return orig(self, req_id, publish_ready=publish_ready)
         except Exception:  # noqa: BLE001 - then take the recording path
             pass
@@ -590,6 +615,8 @@ def _poll_and_record(orig: Callable, host: Any, req_id: Any, publish_ready: bool
                 else:
                     meaningful = lambda: _has_content(payload)  # noqa: E731
                 _get_recorder().record(rid, frm, to, _ACCEPT, meaningful)
+                if rid == req_id:
+                    _mark_done(host, "_edgemark_accepted", rid, (frm, to, _ACCEPT))
     except Exception as e:  # noqa: BLE001
         _debug_once("w-accept", "edgemark: consumer accept not recorded: %r", e)
     return admitted
@@ -602,9 +629,14 @@ def _wrap_cleanup_request(orig: Callable) -> Callable:
             if rec is not None:
                 # The request is done in this stage: a later request under
                 # the same ID is another instance, looked up afresh.
+                ids = {req_id, self._request_ids_mapping.get(req_id, req_id)}
                 with rec.lock:
-                    rec.requests.pop(self._request_ids_mapping.get(req_id, req_id), None)
-                    rec.requests.pop(req_id, None)
+                    for rid in ids:
+                        rec.requests.pop(rid, None)
+                for attr in ("_edgemark_emitted", "_edgemark_sent", "_edgemark_accepted"):
+                    done = self.__dict__.get(attr)
+                    if done is not None:
+                        done.difference_update(ids)
         except Exception as e:  # noqa: BLE001
             _debug_once("w-cleanup", "edgemark: stage cleanup not followed: %r", e)
         return orig(self, req_id)
