@@ -644,19 +644,27 @@ def _wrap_cleanup_request(orig: Callable) -> Callable:
     return cleanup_finished_request
 
 
+def _slots_for(pools: List[Any]) -> int:
+    """Requests the region holds open at once for these stage pools:
+    ``EDGEMARK_VLLM_OMNI_SLOTS``, else four times the sum of the stages'
+    ``max_num_seqs`` (at least 256, at most 65536), else 1024."""
+    total = 0
+    for pool in pools:
+        cfg = getattr(pool, "stage_vllm_config", None)
+        n = getattr(getattr(cfg, "scheduler_config", None), "max_num_seqs", None)
+        if isinstance(n, int) and n > 0:
+            total += n
+    if _env_slots():
+        return _env_slots()  # type: ignore[return-value]
+    return min(max(4 * total, _MIN_SLOTS), _MAX_SLOTS) if total else _FALLBACK_SLOTS
+
+
 def _wrap_orchestrator_init(orig: Callable) -> Callable:
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
         try:
             pools = list(getattr(self, "stage_pools", None) or ())
-            total = 0
-            for pool in pools:
-                cfg = getattr(pool, "stage_vllm_config", None)
-                n = getattr(getattr(cfg, "scheduler_config", None), "max_num_seqs", None)
-                if isinstance(n, int) and n > 0:
-                    total += n
-            slots = _env_slots() or (min(max(4 * total, _MIN_SLOTS), _MAX_SLOTS) if total else None)
-            _get_owner(len(pools) or _STAGES, slots)
+            _get_owner(len(pools) or _STAGES, _slots_for(pools))
         except Exception as e:  # noqa: BLE001
             _debug_once("w-init", "edgemark: region not created at start-up: %r", e)
 

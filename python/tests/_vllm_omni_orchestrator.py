@@ -26,9 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Stage:
     """A stage process, driven one JSON command at a time."""
 
-    def __init__(self, stage_id: int, worker_type: str) -> None:
+    def __init__(self, stage_id: int, worker_type: str, *mode: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "_vllm_omni_stage.py"), str(stage_id), worker_type],
+            [sys.executable, os.path.join(HERE, "_vllm_omni_stage.py"), str(stage_id), worker_type, *mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -215,8 +215,11 @@ def scenario_main() -> dict:
     result = {"instrumented": vllm_omni.is_instrumented()}
     server = Server()
     producer, consumer, decoder = Stage(0, "ar"), Stage(1, "ar"), Stage(1, "generation")
+    # Full-payload mode on the next edge: stage 1 hands stage 2 whole payloads.
+    full_producer, full_consumer = Stage(1, "ar", "full"), Stage(2, "ar", "full")
+    stages = (producer, consumer, decoder, full_producer, full_consumer)
     try:
-        result["stages_instrumented"] = [s.ready()["instrumented"] for s in (producer, consumer, decoder)]
+        result["stages_instrumented"] = [s.ready()["instrumented"] for s in stages]
 
         # A: two payloads, two outputs.
         server.begin("req-A")
@@ -264,10 +267,19 @@ def scenario_main() -> dict:
         consumer(op="wait", rid="req-A", chunks=1)
         server.route(1, "req-A", [9])
         result["A2"] = server.cleanup("req-A")
+
+        # F: one whole payload on 1 -> 2 (full-payload mode).
+        server.begin("req-F")
+        full_consumer(op="register", rid="req-F")
+        result["F_sent"] = full_producer(op="send_full", rid="req-F", kind="data")["ok"]
+        full_consumer(op="wait", rid="req-F", chunks=1)
+        server.route(2, "req-F", [5])
+        result["F"] = server.cleanup("req-F")
+
         result["open_after"] = len(vllm_omni._owner.region.open_requests())
         result["region"] = vllm_omni._owner.path
     finally:
-        for s in (producer, consumer, decoder):
+        for s in stages:
             s.stop()
     return result
 

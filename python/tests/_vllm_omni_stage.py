@@ -2,7 +2,10 @@
 transport (the model runner's connector mixin, as vLLM-Omni's CPU unit tests
 build it) over its real SharedMemoryConnector, no model, no GPU.
 
-    python _vllm_omni_stage.py STAGE_ID WORKER_TYPE
+    python _vllm_omni_stage.py STAGE_ID WORKER_TYPE [full]
+
+(``full``: the stage moves whole payloads, vLLM-Omni's full-payload mode,
+instead of async chunks.)
 
 It loads vLLM-Omni's general plugins as every vLLM-Omni process does (so the
 edgemark plugin instruments it when EDGEMARK_VLLM_OMNI=1), prints
@@ -12,6 +15,8 @@ JSON line on stdout:
 - ``{"op": "send", "rid": R, "kind": K}``: the producer emits one payload
   of kind K (``data``, ``terminal``, ``unsendable``) through ``send_chunk``
   and waits until its send thread is done with it (sent or given up);
+- ``{"op": "send_full", "rid": R, "kind": K}``: the producer hands one
+  finished output to ``send_full_payload_outputs`` and waits as for ``send``;
 - ``{"op": "register", "rid": R}``: the consumer registers R for receiving;
 - ``{"op": "wait", "rid": R, "chunks": N}``: waits until the consumer's
   receive thread has taken N payloads of R off the connector;
@@ -45,6 +50,7 @@ def payload(kind: str):
 
 def main() -> None:
     stage_id, worker_type = int(sys.argv[1]), sys.argv[2]
+    full = sys.argv[3:] == ["full"]
     from vllm_omni.plugins import load_omni_general_plugins
     from vllm_omni.worker.omni_connector_model_runner_mixin import OmniConnectorModelRunnerMixin
 
@@ -57,7 +63,7 @@ def main() -> None:
     runner.init_omni_connectors(
         model_config=SimpleNamespace(
             stage_connector_config={"name": "SharedMemoryConnector", "extra": {}},
-            async_chunk=True,
+            async_chunk=not full,
             worker_type=worker_type,
             custom_process_next_stage_input_func=None,
             stage_id=stage_id,
@@ -81,6 +87,16 @@ def main() -> None:
                         break
                 time.sleep(0.005)
             reply = {"ok": ok}
+        elif op == "send_full":
+            request = SimpleNamespace(request_id=rid, external_req_id=rid)
+            sent = runner.send_full_payload_outputs(None, {rid: (cmd["kind"], request)})
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with runner._lock:
+                    if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
+                        break
+                time.sleep(0.005)
+            reply = {"ok": sent == [rid]}
         elif op == "register":
             runner.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
             reply = {"ok": True}

@@ -64,7 +64,7 @@ def values(snapshot: dict, key: str = "0->1:0"):
 
 def test_every_process_is_instrumented(main):
     assert main["instrumented"] is True
-    assert main["stages_instrumented"] == [True, True, True]
+    assert main["stages_instrumented"] == [True] * 5
 
 
 def test_two_stage_processes_record_all_four_events_in_order(main):
@@ -126,6 +126,16 @@ def test_a_reused_request_id_records_into_the_new_instance_only(main):
     assert None not in (emit, send, accept, output)
     assert emit <= send <= accept <= output
     assert main["A2"] != main["A"]
+
+
+def test_full_payload_mode_records_its_edge(main):
+    # send_full_payload_outputs, its send thread, the full-payload receive,
+    # then the next stage's output: edge 1 -> 2 only.
+    assert main["F_sent"] is True
+    assert list(main["F"]) == ["1->2:0"]
+    emit, send, accept, output = values(main["F"], "1->2:0")
+    assert None not in (emit, send, accept, output)
+    assert emit <= send <= accept <= output
 
 
 def test_the_region_is_removed_at_exit(main):

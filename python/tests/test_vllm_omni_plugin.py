@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import edgemark
 from edgemark import vllm_omni
@@ -75,3 +76,36 @@ def test_lookup_entries_round_trip_and_reject_other_ids(tmp_path):
 
 def test_the_logger_is_the_modules():
     assert vllm_omni._log is logging.getLogger("edgemark.vllm_omni")
+
+
+def test_the_region_is_sized_from_the_stages(monkeypatch):
+    monkeypatch.delenv(vllm_omni.ENV_SLOTS, raising=False)
+
+    def pool(n):
+        return SimpleNamespace(stage_vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=n)))
+
+    assert vllm_omni._slots_for([pool(64), pool(32), pool(4)]) == 400
+    assert vllm_omni._slots_for([pool(8)]) == 256
+    assert vllm_omni._slots_for([pool(50000)]) == 65536
+    assert vllm_omni._slots_for([SimpleNamespace()]) == 1024
+    monkeypatch.setenv(vllm_omni.ENV_SLOTS, "77")
+    assert vllm_omni._slots_for([pool(64)]) == 77
+
+
+def test_a_stage_without_its_region_records_nothing_and_says_so_once(tmp_path, caplog):
+    rec = vllm_omni._Recorder(str(tmp_path / "absent.region"))
+    vllm_omni._said.discard("attach")
+    with caplog.at_level(logging.DEBUG, logger="edgemark.vllm_omni"):
+        for _ in range(3):
+            assert rec.record("req", 0, 1, 0, lambda: True) is None
+    said = [r for r in caplog.records if "no region" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.DEBUG
+
+
+def test_a_stage_without_the_token_records_nothing(tmp_path):
+    path = str(tmp_path / "r.region")
+    region = edgemark.Region.create(path, edges=[(0, 1)], slots=4)
+    token = region.begin()
+    rec = vllm_omni._Recorder(path)
+    rec.record("unknown-request", 0, 1, 0, lambda: True)
+    assert region.snapshot(token) == {}
