@@ -688,17 +688,21 @@ def _wrap_route(orig: Callable) -> Callable:
 
 def _wrap_forward(orig: Callable) -> Callable:
     async def _forward_to_next_stage_unguarded(self, req_id, src_stage_id, output, req_state, *args, **kwargs):
-        edge = None
+        edge = submitted = None
         try:
             s = _stage(src_stage_id)
             if s is not None and isinstance(req_id, str):
                 edge = (s, s + 1)
+                submitted = req_state.stage_submit_ts.get(s + 1)
                 _get_recorder().record(req_id, s, s + 1, _EMIT, lambda: _output_has_content(output))
         except Exception as e:  # noqa: BLE001
             _debug_once("w-fwd", "edgemark: hand-off not recorded: %r", e)
         result = await orig(self, req_id, src_stage_id, output, req_state, *args, **kwargs)
         try:
-            if edge is not None:
+            # vLLM-Omni stamps the next stage's submission when it succeeded;
+            # a hand-off that failed (a dead stage) returns without one.
+            after = req_state.stage_submit_ts.get(edge[1]) if edge is not None else None
+            if after is not None and after != submitted:
                 _get_recorder().record(req_id, edge[0], edge[1], _SEND, lambda: _output_has_content(output))
         except Exception as e:  # noqa: BLE001
             _debug_once("w-fwd", "edgemark: hand-off not recorded: %r", e)

@@ -114,6 +114,43 @@ class Server:
         req_state = self.OrchestratorRequestState(request_id=rid)
         self.loop.run_until_complete(self.orch._route_output(stage_id, 0, output(rid, tokens), req_state, None))
 
+    def forward(self, rid: str, tokens) -> list:
+        """The orchestrator hands stage 0's output to stage 1 itself (its
+        prefill -> decode route), into a stage pool that takes the request."""
+        from vllm.sampling_params import SamplingParams
+
+        submitted = []
+
+        async def submit_initial(req_id, req_state, request, prompt_text=None):
+            submitted.append(request.request_id)
+            return 0
+
+        pool = SimpleNamespace(
+            live_replica_ids=lambda: [0],
+            stage_client=SimpleNamespace(requires_multimodal_data=False),
+            stage_type="llm",
+            stage_vllm_config=SimpleNamespace(model_config=SimpleNamespace(max_model_len=4096)),
+            submit_initial=submit_initial,
+            get_bound_replica_id=lambda req_id: 0,
+        )
+        orch = self.orch
+        saved = orch.stage_pools
+        orch.stage_pools = [saved[0], pool]
+        orch._pd_pair = (0, 1)
+        orch._pd_kv_params = {rid: {"remote_request_id": f"remote-{rid}"}}
+        orch._pd_bootstrap_addr = orch._pd_prefill_engine_id = None
+        orch._transfer_emitter = None
+        req_state = self.OrchestratorRequestState(
+            request_id=rid,
+            prompt={"prompt_token_ids": [1, 2, 3]},
+            sampling_params_list=[SamplingParams(), SamplingParams()],
+        )
+        try:
+            self.loop.run_until_complete(orch._forward_to_next_stage_unguarded(rid, 0, output(rid, tokens), req_state))
+        finally:
+            orch.stage_pools, orch._pd_pair = saved, None
+        return submitted
+
     def respond(self, stage_id: int, rid: str, tokens) -> dict:
         """The response vLLM-Omni builds for a stage output: its metrics."""
         from vllm_omni.engine.messages import OutputMessage
@@ -267,6 +304,11 @@ def scenario_main() -> dict:
         consumer(op="wait", rid="req-A", chunks=1)
         server.route(1, "req-A", [9])
         result["A2"] = server.cleanup("req-A")
+
+        # H: a hand-off the orchestrator makes itself, without a connector.
+        server.begin("req-H")
+        result["H_submitted"] = server.forward("req-H", [4])
+        result["H"] = server.cleanup("req-H")
 
         # F: one whole payload on 1 -> 2 (full-payload mode).
         server.begin("req-F")

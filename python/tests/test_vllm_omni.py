@@ -138,6 +138,13 @@ def test_full_payload_mode_records_its_edge(main):
     assert emit <= send <= accept <= output
 
 
+def test_a_hand_off_the_orchestrator_makes_records_emit_and_send(main):
+    assert main["H_submitted"] == ["req-H"]
+    emit, send, accept, output = values(main["H"])
+    assert emit is not None and send is not None and emit <= send
+    assert (accept, output) == (None, None)
+
+
 def test_the_region_is_removed_at_exit(main):
     assert main["region"].endswith(".region")
     assert not os.path.exists(main["region"])
