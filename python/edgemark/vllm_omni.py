@@ -23,10 +23,13 @@ call site (vLLM-Omni 0.30)             what the wrapper records
 ``_poll_single_request``               consumer's receive thread: ``consumer_first_accept`` after
                                        the payload was admitted (with the payload the
                                        ``_recv_*_result`` helpers returned)
+``cleanup_finished_request``           every stage: forgets the freed request in that process
+``OrchestratorBase.__init__``          API server: creates the region, sized from the stages
 ``OrchestratorBase._route_output``     API server: ``consumer_first_nonempty_output`` of the edge
                                        into the stage that produced a non-empty output
-``_forward_to_next_stage_unguarded``   API server: emit and send complete of a hand-off that
-                                       the orchestrator makes itself (first write wins)
+``_forward_to_next_stage_unguarded``   API server: emit and send complete (once vLLM-Omni
+                                       stamped the submission) of a hand-off that the
+                                       orchestrator makes itself (first write wins)
 ``OmniBase._process_single_result``    API server: puts the snapshot into the response metrics
 ``OmniBase._log_summary_and_cleanup``, API server: closes the request; the final snapshot is
 ``Omni.abort``                         left on the request state as ``stream_edge_metrics``
