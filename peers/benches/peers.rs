@@ -772,6 +772,18 @@ fn observer_main() {
     }
     println!("ready");
     std::io::stdout().flush().expect("stdout");
+    if std::env::var_os("EDGEMARK_PEERS_WARM").is_some() {
+        for t in &tokens {
+            black_box(rec.snapshot(*t));
+        }
+    }
+    // The harness's own buffers are touched before the pings, so that
+    // their first-touch faults stay out of the measured time.
+    let mut polls = vec![1u32; pings];
+    polls.fill(0);
+    seen_at.resize(pings, 1);
+    seen_at.clear();
+    let faults_before = minor_faults();
     let (mut em, mut iox) = (0usize, 0u64);
     for k in 0..pings {
         if is_edgemark_ping(k) {
@@ -780,6 +792,7 @@ fn observer_main() {
             let event = Event::ALL[em % 4];
             loop {
                 let s = rec.snapshot(token);
+                polls[k] += 1;
                 if s.segment(edge, 0).and_then(|s| s.get(event)).is_some() {
                     break;
                 }
@@ -788,6 +801,7 @@ fn observer_main() {
             em += 1;
         } else {
             loop {
+                polls[k] += 1;
                 if let Some(s) = sub.receive().expect("receive") {
                     assert_eq!(s.payload()[0], iox, "samples arrive in order");
                     break;
@@ -802,8 +816,20 @@ fn observer_main() {
         // after this one was seen.
         control.seen().store(k as u64 + 1, Ordering::Release);
     }
-    let bytes: Vec<u8> = seen_at.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let faults = minor_faults() - faults_before;
+    let mut bytes: Vec<u8> = seen_at.iter().flat_map(|t| t.to_le_bytes()).collect();
+    bytes.extend(polls.iter().flat_map(|p| u64::from(*p).to_le_bytes()));
+    bytes.extend(faults.to_le_bytes());
     std::fs::write(dir.join("observed.bin"), bytes).expect("write the times");
+}
+
+fn minor_faults() -> u64 {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value we own.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u.ru_minflt as u64
+    }
 }
 
 fn percentiles(v: &mut [u64]) -> [u64; 5] {
@@ -859,7 +885,8 @@ fn visibility(prefix: &str, pings: usize) {
     .expect("the observer starts");
     assert_eq!(line.trim(), "ready", "the observer starts");
     let marks = marks();
-    let mut sent_at = Vec::with_capacity(2 * pings);
+    let mut sent_at = vec![1u64; 2 * pings];
+    sent_at.clear();
     let (mut em, mut iox) = (0usize, 0u64);
     for k in 0..2 * pings {
         let t0 = monotonic_ns();
@@ -885,13 +912,65 @@ fn visibility(prefix: &str, pings: usize) {
     let status = child.wait().expect("the observer exits");
     assert!(status.success(), "the observer failed: {status}");
     let bytes = std::fs::read(dir.path().join("observed.bin")).expect("the times");
-    let seen_at: Vec<u64> = bytes
+    let words: Vec<u64> = bytes
         .chunks_exact(8)
         .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
         .collect();
-    assert_eq!(seen_at.len(), 2 * pings, "a time per ping");
+    assert_eq!(
+        words.len(),
+        4 * pings + 1,
+        "a time and a poll count per ping"
+    );
+    let (seen_at, rest) = words.split_at(2 * pings);
+    let (polls, faults) = rest.split_at(2 * pings);
+    let slow: Vec<(usize, u64, u64)> = sent_at
+        .iter()
+        .zip(seen_at)
+        .enumerate()
+        .filter(|(_, (a, b))| b.saturating_sub(**a) > 10_000)
+        .map(|(k, (a, b))| (k, b - a, polls[k]))
+        .collect();
+    println!(
+        "diag: observer minor faults during the pings {}; pings over 10 us: {:?}",
+        faults[0],
+        &slow[..slow.len().min(40)]
+    );
+    for sys in [true, false] {
+        let mid: Vec<u64> = sent_at
+            .iter()
+            .zip(seen_at)
+            .enumerate()
+            .filter(|(k, _)| is_edgemark_ping(*k) == sys)
+            .map(|(_, (a, b))| b.saturating_sub(*a))
+            .collect();
+        let band = |lo: u64, hi: u64| mid.iter().filter(|l| **l >= lo && **l < hi).count();
+        println!(
+            "diag: {} pings 1-2 us {}, 2-5 us {}, 5-20 us {}, 20-200 us {}, over 200 us {}",
+            if sys { "edgemark" } else { "iceoryx2" },
+            band(1000, 2000),
+            band(2000, 5000),
+            band(5000, 20000),
+            band(20000, 200000),
+            band(200000, u64::MAX)
+        );
+    }
+    let ppe: Vec<u64> = (0..2 * pings)
+        .filter(|k| is_edgemark_ping(*k))
+        .map(|k| polls[k])
+        .collect();
+    let ppi: Vec<u64> = (0..2 * pings)
+        .filter(|k| !is_edgemark_ping(*k))
+        .map(|k| polls[k])
+        .collect();
+    println!(
+        "diag: polls per ping edgemark mean {:.1} max {}, iceoryx2 mean {:.1} max {}",
+        ppe.iter().sum::<u64>() as f64 / ppe.len() as f64,
+        ppe.iter().max().unwrap(),
+        ppi.iter().sum::<u64>() as f64 / ppi.len() as f64,
+        ppi.iter().max().unwrap()
+    );
     let (mut em_lat, mut iox_lat) = (Vec::new(), Vec::new());
-    for (k, (t0, t1)) in sent_at.iter().zip(&seen_at).enumerate() {
+    for (k, (t0, t1)) in sent_at.iter().zip(seen_at).enumerate() {
         let lat = t1.saturating_sub(*t0);
         if is_edgemark_ping(k) {
             em_lat.push(lat);
