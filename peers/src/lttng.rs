@@ -87,17 +87,21 @@ fn lttng(args: &[&str]) -> Result<Output, SessionError> {
     }
 }
 
-/// Starts a session daemon for this user if none runs.
-fn ensure_sessiond() -> Result<(), SessionError> {
+/// Starts a session daemon for this user if none runs; returns the file
+/// holding its pid if it started one.
+fn ensure_sessiond(dir: &Path) -> Result<Option<PathBuf>, SessionError> {
     if Command::new("lttng")
         .arg("list")
         .output()
         .is_ok_and(|o| o.status.success())
     {
-        return Ok(());
+        return Ok(None);
     }
+    let pidfile = dir.join("lttng-sessiond.pid");
     let status = Command::new("lttng-sessiond")
         .arg("--daemonize")
+        .arg("--pidfile")
+        .arg(&pidfile)
         .status()
         .map_err(|e| SessionError(format!("lttng-sessiond: {e} (is lttng-tools installed?)")))?;
     if !status.success() {
@@ -105,7 +109,7 @@ fn ensure_sessiond() -> Result<(), SessionError> {
             "lttng-sessiond --daemonize: {status}"
         )));
     }
-    Ok(())
+    Ok(Some(pidfile))
 }
 
 /// A tracing session of this process's user space: per-user buffers,
@@ -117,6 +121,9 @@ pub struct Session {
     name: String,
     output: PathBuf,
     destroyed: bool,
+    /// The pid file of the session daemon this session started, which
+    /// dropping the session stops; `None` if one was already running.
+    started_daemon: Option<PathBuf>,
 }
 
 /// What a session saw: events in the trace it wrote, and events the tracer
@@ -138,7 +145,7 @@ impl Session {
     /// the memory-backed filesystem; events in rotated-out files are gone
     /// from the trace but were recorded.
     pub fn start(dir: &Path, tracefile_mib: u64, wait: Duration) -> Result<Session, SessionError> {
-        ensure_sessiond()?;
+        let started_daemon = ensure_sessiond(dir)?;
         let name = format!("edgemark-peers-{}", std::process::id());
         let output = dir.join(&name);
         let out = output
@@ -149,6 +156,7 @@ impl Session {
             name,
             output,
             destroyed: false,
+            started_daemon,
         };
         let half = format!("{}", (tracefile_mib / 2).max(1) * 1024 * 1024);
         lttng(&[
@@ -213,8 +221,11 @@ impl Session {
             .filter_map(|l| l.trim().strip_prefix("Discarded events:"))
             .filter_map(|n| n.trim().parse::<u64>().ok())
             .sum();
+        // The counter sink prints a count per message type, "N events"
+        // among them, instead of every event.
         let out = Command::new("babeltrace2")
             .arg(&self.output)
+            .args(["--component", "sink.utils.counter"])
             .output()
             .map_err(|e| SessionError(format!("babeltrace2: {e} (is babeltrace2 installed?)")))?;
         if !out.status.success() {
@@ -224,24 +235,45 @@ impl Session {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        let recorded = out
-            .stdout
-            .split(|&b| b == b'\n')
-            .filter(|l| {
-                let l = String::from_utf8_lossy(l);
-                l.contains("edgemark_peers:id:") || l.contains("edgemark_peers:id_ts:")
-            })
-            .count() as u64;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let recorded = text
+            .lines()
+            .filter_map(|l| l.trim().strip_suffix(" events"))
+            .filter_map(|n| n.trim().replace(',', "").parse::<u64>().ok())
+            .sum();
         Ok(Counts {
             recorded,
             discarded,
         })
     }
 
-    /// Destroys the session (also done on drop).
+    /// Whether the session started the session daemon (and stops it when
+    /// destroyed).
+    pub fn started_daemon(&self) -> bool {
+        self.started_daemon.is_some()
+    }
+
+    /// Destroys the session, and stops the session daemon if the session
+    /// started it (also done on drop).
     pub fn destroy(mut self) -> Result<(), SessionError> {
         self.destroyed = true;
-        lttng(&["destroy", &self.name]).map(drop)
+        let destroyed = lttng(&["destroy", &self.name]).map(drop);
+        self.stop_daemon();
+        destroyed
+    }
+
+    fn stop_daemon(&mut self) {
+        let Some(pidfile) = self.started_daemon.take() else {
+            return;
+        };
+        let pid = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if let Some(pid) = pid.filter(|p| *p > 1) {
+            // The daemon this session started, by the pid it wrote; it
+            // stops its consumer daemons with it.
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
     }
 }
 
@@ -250,5 +282,6 @@ impl Drop for Session {
         if !self.destroyed {
             let _ = lttng(&["destroy", &self.name]);
         }
+        self.stop_daemon();
     }
 }
