@@ -221,7 +221,7 @@ impl Session {
             .filter_map(|l| l.trim().strip_prefix("Discarded events:"))
             .filter_map(|n| n.trim().parse::<u64>().ok())
             .sum();
-        // The counter sink prints a count per message type, "N events"
+        // The counter sink prints a count per message type, "N Event messages"
         // among them, instead of every event.
         let out = Command::new("babeltrace2")
             .arg(&self.output)
@@ -238,7 +238,7 @@ impl Session {
         let text = String::from_utf8_lossy(&out.stdout);
         let recorded = text
             .lines()
-            .filter_map(|l| l.trim().strip_suffix(" events"))
+            .filter_map(|l| l.trim().strip_suffix(" Event messages"))
             .filter_map(|n| n.trim().replace(',', "").parse::<u64>().ok())
             .sum();
         Ok(Counts {
