@@ -236,11 +236,14 @@ impl Session {
             )));
         }
         let text = String::from_utf8_lossy(&out.stdout);
+        // It also prints running counts every 10,000 messages: the last
+        // count is the total.
         let recorded = text
             .lines()
             .filter_map(|l| l.trim().strip_suffix(" Event messages"))
-            .filter_map(|n| n.trim().replace(',', "").parse::<u64>().ok())
-            .sum();
+            .filter_map(|n| n.trim().parse::<u64>().ok())
+            .next_back()
+            .unwrap_or(0);
         Ok(Counts {
             recorded,
             discarded,
