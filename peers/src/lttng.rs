@@ -276,6 +276,13 @@ impl Session {
             // The daemon this session started, by the pid it wrote; it
             // stops its consumer daemons with it.
             let _ = Command::new("kill").arg(pid.to_string()).status();
+            // Wait (a few seconds at most) until it has exited, so that its
+            // shutdown does not run beside what the caller measures next.
+            let proc = PathBuf::from(format!("/proc/{pid}"));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while proc.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 }
