@@ -278,9 +278,17 @@ impl Session {
             let _ = Command::new("kill").arg(pid.to_string()).status();
             // Wait (a few seconds at most) until it has exited, so that its
             // shutdown does not run beside what the caller measures next.
-            let proc = PathBuf::from(format!("/proc/{pid}"));
+            // A zombie (nobody reaps it in some containers) has exited.
+            let stat = PathBuf::from(format!("/proc/{pid}/stat"));
+            let running = || {
+                std::fs::read_to_string(&stat).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| !r.trim_start().starts_with('Z'))
+                })
+            };
             let deadline = Instant::now() + Duration::from_secs(5);
-            while proc.exists() && Instant::now() < deadline {
+            while running() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
