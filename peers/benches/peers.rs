@@ -1012,6 +1012,10 @@ fn visibility(prefix: &str, pings: usize) {
 }
 
 fn main() {
+    // iceoryx2 warns in every process that it found no config file and
+    // uses its defaults, which is what the bench wants; IOX2_LOG_LEVEL
+    // still overrides this.
+    set_log_level_from_env_or(LogLevel::Error);
     match std::env::var(ROLE).as_deref() {
         Ok("iox-sub") => return iox_sub_main(),
         Ok("observer") => return observer_main(),
