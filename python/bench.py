@@ -39,6 +39,7 @@ import math
 import multiprocessing
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -462,7 +463,83 @@ def queue_once(inbox, acks, run: int, n: int, rows: dict) -> None:
     rows["queue_applied"].append((t2 - t0) / calls)
 
 
-def run_all(region: Region, n: int, queue_n: int, repeats: int) -> dict:
+class PrometheusMetrics:
+    """prometheus_client's Counter and Histogram in multiprocess mode, with
+    the labels a per-edge metric would have. ``PROMETHEUS_MULTIPROC_DIR``
+    must be set before prometheus_client is first imported: its value class
+    is chosen at import."""
+
+    def __init__(self, directory: str) -> None:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        import prometheus_client
+        from prometheus_client import values
+
+        if "MultiProcess" not in repr(values.ValueClass) and "Mmaped" not in values.ValueClass.__name__:
+            raise RuntimeError(
+                "prometheus_client is not in multiprocess mode (was it imported before PROMETHEUS_MULTIPROC_DIR was set?)"
+            )
+        registry = prometheus_client.CollectorRegistry()
+        names = ("from_stage", "to_stage", "event")
+        self.counter = prometheus_client.Counter(
+            "edgemark_bench_first_events", "first events", names, registry=registry
+        )
+        self.histogram = prometheus_client.Histogram(
+            "edgemark_bench_first_event_ms", "first event elapsed ms", names, registry=registry
+        )
+        self.labels = [(str(f), str(t), str(e)) for f, t, e in CELLS]
+        self.directory = directory
+
+    def total(self) -> float:
+        """The counter's total over the files of every process, as a scrape
+        reads it (untimed)."""
+        from prometheus_client import CollectorRegistry, multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.directory)
+        return sum(
+            s.value
+            for m in registry.collect()
+            if m.name == "edgemark_bench_first_events"
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
+
+
+def prometheus_once(prom: PrometheusMetrics, n: int, rows: dict) -> None:
+    """One run of prometheus_client: ``n`` calls per labelled cell for each
+    of its four forms."""
+    for variant in ("prom_counter_labels", "prom_counter_child", "prom_hist_labels", "prom_hist_child"):
+        total = 0
+        for lv in prom.labels:
+            if variant == "prom_counter_labels":
+
+                def loop(m=prom.counter, lv=lv, r=range(n)):
+                    for _ in r:
+                        m.labels(*lv).inc()
+
+            elif variant == "prom_counter_child":
+
+                def loop(c=prom.counter.labels(*lv), r=range(n)):
+                    for _ in r:
+                        c.inc()
+
+            elif variant == "prom_hist_labels":
+
+                def loop(m=prom.histogram, lv=lv, r=range(n)):
+                    for _ in r:
+                        m.labels(*lv).observe(1.5)
+
+            else:
+
+                def loop(c=prom.histogram.labels(*lv), r=range(n)):
+                    for _ in r:
+                        c.observe(1.5)
+
+            total += timed(loop)
+        rows[variant].append(total / (n * len(CELLS)))
+
+
+def run_all(region: Region, n: int, queue_n: int, repeats: int, prom=None) -> dict:
     """Every row once per run, the runs interleaved, so that a burst of
     other load on the machine spreads over all rows instead of one."""
     rows: dict = {
@@ -484,6 +561,10 @@ def run_all(region: Region, n: int, queue_n: int, repeats: int) -> dict:
             "upstream_design",
             "queue_put",
             "queue_applied",
+            "prom_counter_labels",
+            "prom_counter_child",
+            "prom_hist_labels",
+            "prom_hist_child",
         )
     }
     ctx = multiprocessing.get_context("spawn")
@@ -499,12 +580,16 @@ def run_all(region: Region, n: int, queue_n: int, repeats: int) -> dict:
         upstream_once(n, warm)
         locked_once(locked, -1, n, warm)
         queue_once(inbox, acks, -1, queue_n, warm)
+        if prom is not None:
+            prometheus_once(prom, n, warm)
         for run in range(repeats):
             edgemark_once(region, n, rows)
             stream_edge_once(region, n, rows)
             upstream_once(n, rows)
             locked_once(locked, run, n, rows)
             queue_once(inbox, acks, run, queue_n, rows)
+            if prom is not None:
+                prometheus_once(prom, n, rows)
     finally:
         inbox.put(None)
         owner.join(30)
@@ -593,6 +678,15 @@ fifth or so between runs, while the ratios within one run hold.
   pure Python: the caller's `put` (pickling happens on the queue's feeder
   thread, which competes for the caller's GIL), and the whole trip until the
   owner process has applied every observation.
+- **prometheus_client, multiprocess mode** (what vLLM uses across its
+  processes): a `Counter` and a `Histogram` labelled by from stage, to stage
+  and event, each written through `.labels(...)` at every call and on a
+  child resolved beforehand. Each write takes the metric's lock and updates
+  this process's own memory-mapped file (one file per metric type and pid);
+  a histogram also finds its bucket and writes the sum and the bucket. It
+  counts and sums: it keeps no first value per request, and a scrape reads
+  and merges every pid's files. The script checks that the counter's total
+  over the files is every `inc` it made.
 
 Machine (`lscpu | grep 'Model name'`): {machine}, {cores} cores; Python
 {python}; edgemark {version} built in release mode by `pip install ./python`.
@@ -612,19 +706,30 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=4096, help="requests per run (default 4096)")
     ap.add_argument("--queue-n", type=int, default=1024, help="requests per queue run (default 1024)")
     ap.add_argument("--write", metavar="PATH", help="also write the report as Markdown to PATH")
+    ap.add_argument(
+        "--no-prometheus", action="store_true", help="skip the prometheus_client rows (it need not be installed)"
+    )
     args = ap.parse_args()
 
     d = tempfile.mkdtemp(prefix="edgemark-bench-", dir=edgemark.default_dir())
     path = os.path.join(d, "bench.region")
+    prom_dir = tempfile.mkdtemp(prefix="edgemark-bench-prom-")
     try:
+        prom = None if args.no_prometheus else PrometheusMetrics(prom_dir)
         region = Region.create(path, edges=EDGES, slots=args.n + 1, domains=[DOMAIN])
-        rows = run_all(region, args.n, args.queue_n, args.repeats)
+        rows = run_all(region, args.n, args.queue_n, args.repeats, prom)
+        if prom is not None:
+            # Every inc of every run, the warm-up's too, is in the files.
+            expect = (args.repeats + 1) * 2 * args.n * len(CELLS)
+            got = prom.total()
+            assert got == expect, f"prometheus_client counted {got}, expected {expect}"
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
         os.rmdir(d)
+        shutil.rmtree(prom_dir, ignore_errors=True)
 
     results = [
         Result("edgemark `record` (reads the shared clock)", rows["record"]),
@@ -647,6 +752,17 @@ def main() -> int:
         Result("minimal locked dict: first write wins, in process", rows["locked"]),
         Result("`multiprocessing.Queue` to the owner process: caller's `put`", rows["queue_put"]),
         Result("`multiprocessing.Queue` to the owner process: until applied", rows["queue_applied"]),
+    ]
+    if not args.no_prometheus:
+        results += [
+            Result("prometheus_client multiprocess `Counter.labels(...).inc()`", rows["prom_counter_labels"]),
+            Result("prometheus_client multiprocess `Counter` child `.inc()`", rows["prom_counter_child"]),
+            Result(
+                "prometheus_client multiprocess `Histogram.labels(...).observe(v)`", rows["prom_hist_labels"]
+            ),
+            Result("prometheus_client multiprocess `Histogram` child `.observe(v)`", rows["prom_hist_child"]),
+        ]
+    results += [
         Result("empty loop (for reference)", rows["empty_loop"]),
         Result("native call floor: `edgemark.monotonic_ns()` (for reference)", rows["native_call"]),
     ]

@@ -975,3 +975,56 @@ fn a_sweep_into_a_kept_buffer_replaces_what_it_held() {
     Recorder::disabled().snapshot_open_into(&mut open).unwrap();
     assert!(open.is_empty());
 }
+
+/// Minor page faults taken by the calling thread so far.
+fn thread_minor_faults() -> i64 {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value we own
+    // and pass by a valid pointer.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut u), 0);
+        u.ru_minflt
+    }
+}
+
+/// A region whose space is reserved (the default) is mapped with its page
+/// tables filled, by its creator and by every process that attaches it:
+/// beginning, recording into and polling every slot of a fresh default
+/// region takes no first-touch page fault (each one cost 5-20 us on the
+/// benchmark machine; see `docs/benchmarks.md`, "Visibility").
+#[test]
+fn a_reserved_region_is_mapped_whole_so_records_and_polls_take_no_page_fault() {
+    let dir = tempfile::tempdir_in(edgemark::default_dir()).unwrap();
+    let p = dir.path().join("populated.region");
+    let owner = Recorder::builder()
+        .edge(0, 1)
+        .edge(1, 2)
+        .create(&p)
+        .unwrap();
+    let slots = owner.info().unwrap().slots as usize;
+    let reader = AttachOptions::new().read_only(true).attach(&p).unwrap();
+    // The tokens' buffer is touched before counting.
+    let mut tokens = vec![Token::from_u128(1); slots];
+    tokens.clear();
+    let mark = Mark::new(E12, ConsumerFirstNonemptyOutput);
+    let before = thread_minor_faults();
+    for _ in 0..slots {
+        tokens.push(owner.begin().unwrap());
+    }
+    for t in &tokens {
+        assert_eq!(owner.record(*t, mark), Outcome::Recorded);
+    }
+    for t in &tokens {
+        let s = reader.snapshot(*t);
+        assert!(s
+            .segment(E12, 0)
+            .unwrap()
+            .get(ConsumerFirstNonemptyOutput)
+            .is_some());
+    }
+    let faults = thread_minor_faults() - before;
+    // Without the filled page tables this is several hundred (one write
+    // fault per page the owner first writes, one read fault per 16 pages
+    // the reader first reads); a few are left for the allocator and stack.
+    assert!(faults < 32, "{faults} page faults over {slots} slots");
+}

@@ -163,6 +163,17 @@ impl Mapped {
     fn new(file: std::fs::File, len: u64, access: Access) -> std::io::Result<Mapped> {
         let mut opts = memmap2::MmapOptions::new();
         opts.len(len as usize);
+        // Fill the page tables now when every page of the file already
+        // exists (a region whose space was reserved, the default): no
+        // memory is added, and no later record or poll pays a first-touch
+        // page fault (5-20 us each on the virtualised benchmark machine; see
+        // `docs/benchmarks.md`, "Visibility"). A sparse region's holes are
+        // left alone: on a memory-backed file system even a read fault
+        // allocates the page.
+        use std::os::unix::fs::MetadataExt;
+        if file.metadata()?.blocks().saturating_mul(512) >= len {
+            opts.populate();
+        }
         let map = match access {
             Access::ReadWrite => opts.map_raw(&file)?,
             Access::ReadOnly => opts.map_raw_read_only(&file)?,
