@@ -39,9 +39,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::layout::{pack_name, unpack_name, NAME_WORDS};
 use crate::schema::{valid_name, DomainId, Schema, MAX_DOMAINS};
 use crate::sync::{AtomicU64, Ordering};
+use crate::word::{pack_name, unpack_name, NAME_WORDS};
 
 /// First header word of the domain table.
 pub(crate) const H_DOMAIN_TABLE: usize = 256;

@@ -4,7 +4,7 @@
 //! then `slots` slots of `slot_stride` bytes each. All offsets below are in
 //! words unless a name says bytes. `docs/design.md` draws the same map.
 
-use crate::word::MAX_COUNT;
+use crate::word::{MAX_COUNT, NAME_WORDS};
 
 /// Bytes in the header; slots begin here.
 pub(crate) const HEADER_BYTES: usize = 4096;
@@ -58,10 +58,8 @@ pub(crate) const H_RECLAIMED: usize = 57;
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
 pub const MAX_EDGES: usize = 64;
-/// Words of a name: 32 bytes of NUL-padded UTF-8. The clock-domain table,
-/// which processes write at run time, is at
+/// The clock-domain table, which processes write at run time, is at
 /// [`H_DOMAIN_TABLE`](crate::domains::H_DOMAIN_TABLE) (see `domains.rs`).
-pub(crate) const NAME_WORDS: usize = 4;
 /// Event table: four name words and one word `domain | keeps_chunk << 8`.
 pub(crate) const H_EVENT_TABLE: usize = 160;
 pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
@@ -266,31 +264,6 @@ const _: () = assert!(
 );
 const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
 
-/// Packs a name into four words of NUL-padded UTF-8.
-pub(crate) fn pack_name(name: &str) -> [u64; NAME_WORDS] {
-    let mut bytes = [0u8; NAME_WORDS * 8];
-    bytes[..name.len()].copy_from_slice(name.as_bytes());
-    let mut out = [0u64; NAME_WORDS];
-    for (i, w) in out.iter_mut().enumerate() {
-        *w = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    }
-    out
-}
-
-/// Unpacks a name; `None` unless it is 1..=32 bytes of UTF-8 followed only
-/// by NUL padding.
-pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
-    let mut bytes = [0u8; NAME_WORDS * 8];
-    for (i, w) in words.iter().enumerate() {
-        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    if len == 0 || bytes[len..].iter().any(|&b| b != 0) {
-        return None;
-    }
-    String::from_utf8(bytes[..len].to_vec()).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,15 +303,5 @@ mod tests {
         assert!(Layout::new(1, 4, 65, 4).is_err());
         assert!(Layout::new(1, 4, 2, 17).is_err());
         assert!(Layout::new(MAX_SLOTS, 64, 64, 16).is_err());
-    }
-
-    #[test]
-    fn names_round_trip_and_garbage_is_refused() {
-        assert_eq!(unpack_name(pack_name("sender")).as_deref(), Some("sender"));
-        let long = "x".repeat(32);
-        assert_eq!(unpack_name(pack_name(&long)), Some(long));
-        assert_eq!(unpack_name([0; 4]), None);
-        assert_eq!(unpack_name([0x00ff, 0, 0, 0]), None);
-        assert_eq!(unpack_name([0x41 | (0x41 << 16), 0, 0, 0]), None);
     }
 }

@@ -10,7 +10,7 @@ use crate::layout::{Layout, H_FLAGS};
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Closed, Found, Proto, Reclaimed, Request};
+use crate::protocol::{Closed, Found, Occupant, Proto, Reclaimed};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{
     self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
@@ -19,7 +19,7 @@ use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{Refill, RequestState, Snapshot};
 use crate::sync::Ordering;
 use crate::token::Token;
-use crate::word;
+use crate::word::{self, CellWord};
 
 mod attach;
 mod builder;
@@ -76,10 +76,10 @@ impl EventSpec {
 }
 
 /// The request a token names in its region.
-fn request(token: Token) -> Request {
-    Request {
+fn request(token: Token) -> Occupant {
+    Occupant {
         slot: token.slot,
-        gen: token.gen,
+        generation: token.generation,
     }
 }
 
@@ -166,11 +166,11 @@ struct Live<'a> {
 
 impl Inner {
     /// The token of a request of this region.
-    fn token(&self, req: Request) -> Token {
+    fn token(&self, req: Occupant) -> Token {
         Token {
             region: self.region_id,
             slot: req.slot,
-            gen: req.gen,
+            generation: req.generation,
         }
     }
 
@@ -216,7 +216,7 @@ impl Inner {
         if token.region != self.region_id {
             return Err(Outcome::ForeignToken);
         }
-        if token.slot >= self.layout.slots || token.gen == 0 {
+        if token.slot >= self.layout.slots || token.generation == 0 {
             return Err(Outcome::Invalid);
         }
         if mark.event.0 as u32 >= self.layout.events {
@@ -283,7 +283,7 @@ impl Inner {
                 if us > word::MAX_ELAPSED_US {
                     return Err(Outcome::OutOfRange);
                 }
-                Ok(word::value(0, chunk, us))
+                Ok(CellWord::value(0, chunk, us))
             },
         )
     }
@@ -326,7 +326,9 @@ impl Recorder {
     fn live_for(&self, token: Token) -> Option<Live<'_>> {
         let live = self.live()?;
         let inner = live.inner;
-        (token.region == inner.region_id && token.slot < inner.layout.slots && token.gen != 0)
+        (token.region == inner.region_id
+            && token.slot < inner.layout.slots
+            && token.generation != 0)
             .then_some(live)
     }
 
@@ -512,7 +514,7 @@ impl Recorder {
                 && mark.meaningful
                 && token.region == inner.region_id
                 && token.slot < inner.layout.slots
-                && token.gen != 0
+                && token.generation != 0
             {
                 if let (Some(edge), Ok(chunk)) =
                     (inner.edge_index.get(mark.edge), spec.chunk(&mark))
@@ -617,7 +619,7 @@ impl Recorder {
             Ok(c) => c,
             Err(why) => return proto.count(why),
         };
-        let value = word::value(domain.0, chunk, us as u64);
+        let value = CellWord::value(domain.0, chunk, us as u64);
         proto.record(
             request(token),
             edge,

@@ -7,6 +7,7 @@ use crate::layout::*;
 use crate::mark::Edge;
 use crate::schema::{Schema, SchemaError, MAX_DOMAINS, MAX_EVENTS};
 use crate::sync::{AtomicU64, Ordering};
+use crate::word::{pack_name, unpack_name, NAME_WORDS};
 
 /// Everything a validated header says.
 #[derive(Clone, Debug)]
