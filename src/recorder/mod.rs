@@ -75,14 +75,6 @@ impl EventSpec {
     }
 }
 
-/// The request a token names in its region.
-fn request(token: Token) -> Occupant {
-    Occupant {
-        slot: token.slot,
-        generation: token.generation,
-    }
-}
-
 /// The calling thread as a lock holder (its thread id).
 fn holder() -> u32 {
     process::thread_id()
@@ -209,20 +201,37 @@ impl Inner {
         move |tid| !self.trusts_pids() || process::pid_alive(tid)
     }
 
-    /// Checks a token and a mark against the region; on success gives the
-    /// edge's index.
+    /// The request `token` names in this region: the one check of a token,
+    /// made once per call. [`Outcome::ForeignToken`] for a token of another
+    /// region, [`Outcome::Invalid`] for one no `begin` of it minted.
     #[inline]
-    fn check_mark(&self, token: Token, mark: &Mark) -> Result<usize, Outcome> {
+    fn occupant(&self, token: Token) -> Result<Occupant, Outcome> {
         if token.region != self.region_id {
             return Err(Outcome::ForeignToken);
         }
         if token.slot >= self.layout.slots || token.generation == 0 {
             return Err(Outcome::Invalid);
         }
+        Ok(Occupant {
+            slot: token.slot,
+            generation: token.generation,
+        })
+    }
+
+    /// The index of a declared edge.
+    #[inline]
+    fn edge(&self, edge: Edge) -> Result<usize, Outcome> {
+        self.edge_index.get(edge).ok_or(Outcome::UnknownEdge)
+    }
+
+    /// Checks a mark against the region's schema and edges; on success
+    /// gives the edge's index.
+    #[inline]
+    fn check_mark(&self, mark: &Mark) -> Result<usize, Outcome> {
         if mark.event.0 as u32 >= self.layout.events {
             return Err(Outcome::UnknownEvent);
         }
-        self.edge_index.get(mark.edge).ok_or(Outcome::UnknownEdge)
+        self.edge(mark.edge)
     }
 
     /// The record path's view of `mark`'s event: its spec for a schema
@@ -246,7 +255,7 @@ impl Inner {
     #[inline]
     fn record_now(
         &self,
-        token: Token,
+        req: Occupant,
         edge: usize,
         segment: u32,
         event: u8,
@@ -257,39 +266,34 @@ impl Inner {
             layout: &self.layout,
         };
         let counter = self.counter;
-        proto.record(
-            request(token),
-            edge,
-            segment,
-            usize::from(event),
-            |origin| {
-                // One branch on the region's clock kind, which never changes.
-                let us = match counter {
-                    None => {
-                        let now = clock::monotonic_ns();
-                        if now < origin {
-                            return Err(Outcome::Invalid);
-                        }
-                        (now - origin) / 1000
+        proto.record(req, edge, segment, usize::from(event), |origin| {
+            // One branch on the region's clock kind, which never changes.
+            let us = match counter {
+                None => {
+                    let now = clock::monotonic_ns();
+                    if now < origin {
+                        return Err(Outcome::Invalid);
                     }
-                    Some(scale) => {
-                        let now = clock::counter();
-                        if now < origin {
-                            return Err(Outcome::Invalid);
-                        }
-                        scale.micros(now - origin)
-                    }
-                };
-                if us > word::MAX_ELAPSED_US {
-                    return Err(Outcome::OutOfRange);
+                    (now - origin) / 1000
                 }
-                Ok(CellWord::value(0, chunk, us))
-            },
-        )
+                Some(scale) => {
+                    let now = clock::counter();
+                    if now < origin {
+                        return Err(Outcome::Invalid);
+                    }
+                    scale.micros(now - origin)
+                }
+            };
+            if us > word::MAX_ELAPSED_US {
+                return Err(Outcome::OutOfRange);
+            }
+            Ok(CellWord::value(0, chunk, us))
+        })
     }
 
-    /// The id of a domain that is not declared: registered or found in the
-    /// region's table.
+    /// The id of the domain called `name`: one this process has met (a
+    /// comparison of packed words per known name, no region access), else
+    /// registered or found in the region's table.
     fn resolve_domain(&self, name: &str) -> Result<DomainId, Outcome> {
         self.names
             .resolve(self.storage.words(), name)
@@ -321,15 +325,12 @@ impl Recorder {
         })
     }
 
-    /// The protocol view, if this recorder is enabled and `token` could name
-    /// a request of its region.
-    fn live_for(&self, token: Token) -> Option<Live<'_>> {
+    /// The protocol view and the request, if this recorder is enabled and
+    /// `token` could name a request of its region.
+    fn live_for(&self, token: Token) -> Option<(Live<'_>, Occupant)> {
         let live = self.live()?;
-        let inner = live.inner;
-        (token.region == inner.region_id
-            && token.slot < inner.layout.slots
-            && token.generation != 0)
-            .then_some(live)
+        let req = live.inner.occupant(token).ok()?;
+        Some((live, req))
     }
 
     /// The protocol view for a call that writes the region: enabled and not
@@ -506,31 +507,30 @@ impl Recorder {
     /// say.
     #[inline]
     pub fn record(&self, token: Token, mark: Mark) -> Outcome {
+        let Some(inner) = self.inner.as_deref() else {
+            return Outcome::Disabled;
+        };
+        // The token is checked once, here; `record_checked` reports what
+        // this check found in its place in the order of refusals.
+        let req = inner.occupant(token);
         // The fast path: every check of `record_checked` that a valid call
         // passes, folded into flags computed when the recorder was made.
-        if let Some(inner) = self.inner.as_deref() {
-            let spec = inner.event(&mark);
-            if spec.fast
-                && mark.meaningful
-                && token.region == inner.region_id
-                && token.slot < inner.layout.slots
-                && token.generation != 0
+        let spec = inner.event(&mark);
+        if spec.fast && mark.meaningful {
+            if let (Ok(req), Some(edge), Ok(chunk)) =
+                (req, inner.edge_index.get(mark.edge), spec.chunk(&mark))
             {
-                if let (Some(edge), Ok(chunk)) =
-                    (inner.edge_index.get(mark.edge), spec.chunk(&mark))
-                {
-                    return inner.record_now(token, edge, mark.segment, mark.event.0, chunk);
-                }
+                return inner.record_now(req, edge, mark.segment, mark.event.0, chunk);
             }
         }
-        self.record_checked(token, mark)
+        self.record_checked(req, mark)
     }
 
     /// [`Recorder::record`] with every check in the order that decides
     /// which refusal a call gets.
     #[cold]
     #[inline(never)]
-    fn record_checked(&self, token: Token, mark: Mark) -> Outcome {
+    fn record_checked(&self, req: Result<Occupant, Outcome>, mark: Mark) -> Outcome {
         let Live { inner, proto } = match self.live_mut() {
             Ok(live) => live,
             Err(why) => return why,
@@ -538,15 +538,15 @@ impl Recorder {
         if !mark.meaningful {
             return Outcome::NotMeaningful;
         }
-        let edge = match inner.check_mark(token, &mark) {
-            Ok(e) => e,
+        let (req, edge) = match req.and_then(|req| Ok((req, inner.check_mark(&mark)?))) {
+            Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
         if !inner.reads_clock || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
         match inner.chunk(&mark) {
-            Ok(chunk) => inner.record_now(token, edge, mark.segment, mark.event.0, chunk),
+            Ok(chunk) => inner.record_now(req, edge, mark.segment, mark.event.0, chunk),
             Err(why) => proto.count(why),
         }
     }
@@ -592,18 +592,16 @@ impl Recorder {
         if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
             return proto.count(Outcome::Invalid);
         }
-        let edge = match inner.check_mark(token, &mark) {
-            Ok(e) => e,
+        let (req, edge) = match inner
+            .occupant(token)
+            .and_then(|req| Ok((req, inner.check_mark(&mark)?)))
+        {
+            Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
-        // The declared and met names are cached by the catalog: a known
-        // name costs one comparison of packed words, no region access.
-        let domain = match inner.names.lookup(domain) {
-            Some(d) => d,
-            None => match inner.resolve_domain(domain) {
-                Ok(d) => d,
-                Err(why) => return proto.count(why),
-            },
+        let domain = match inner.resolve_domain(domain) {
+            Ok(d) => d,
+            Err(why) => return proto.count(why),
         };
         // `host_monotonic` values come from the region's shared clock; in a
         // counter region a duration measured elsewhere cannot be one (its
@@ -620,13 +618,9 @@ impl Recorder {
             Err(why) => return proto.count(why),
         };
         let value = CellWord::value(domain.0, chunk, us as u64);
-        proto.record(
-            request(token),
-            edge,
-            mark.segment,
-            mark.event.0 as usize,
-            |_| Ok(value),
-        )
+        proto.record(req, edge, mark.segment, usize::from(mark.event.0), |_| {
+            Ok(value)
+        })
     }
 
     /// The id of the clock domain `name`, registering it in the region if no
@@ -651,9 +645,6 @@ impl Recorder {
     /// ```
     pub fn register_domain(&self, name: &str) -> Result<DomainId, Outcome> {
         let Live { inner, proto } = self.live_mut()?;
-        if let Some(d) = inner.schema.domain(name) {
-            return Ok(d);
-        }
         inner.resolve_domain(name).map_err(|why| match why {
             Outcome::DomainTableFull => proto.count(why),
             other => other,
@@ -684,13 +675,14 @@ impl Recorder {
         if inner.storage.faulted() {
             return Outcome::Faulted;
         }
-        let edge = edge.into();
-        let mark = Mark::new(edge, EventId(0));
-        let edge = match inner.check_mark(token, &mark) {
-            Ok(e) => e,
+        let (req, edge) = match inner
+            .occupant(token)
+            .and_then(|req| Ok((req, inner.edge(edge.into())?)))
+        {
+            Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
-        let started = proto.start_segment(request(token), edge, segment, holder());
+        let started = proto.start_segment(req, edge, segment, holder());
         if inner.storage.faulted() {
             return Outcome::Faulted;
         }
@@ -714,7 +706,7 @@ impl Recorder {
     /// nothing changed; a process that attaches the region again can close
     /// the token.
     pub fn close(&self, token: Token) -> Snapshot {
-        let Some(Live { inner, proto }) = self.live_for(token) else {
+        let Some((Live { inner, proto }, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
         if inner.storage.access() == Access::ReadOnly {
@@ -723,7 +715,7 @@ impl Recorder {
         if inner.storage.faulted() {
             return Snapshot::empty(RequestState::Faulted);
         }
-        let closed = proto.close(request(token), holder(), &inner.holder_alive());
+        let closed = proto.close(req, holder(), &inner.holder_alive());
         if inner.storage.faulted() {
             // Lost during the close: what it read may be zeros.
             return Snapshot::empty(RequestState::Faulted);
@@ -746,12 +738,12 @@ impl Recorder {
     /// A detached snapshot of the request as it is now. An empty snapshot in
     /// state [`RequestState::Gone`] if the token names no open request.
     pub fn snapshot(&self, token: Token) -> Snapshot {
-        let Some(Live { inner, proto }) = self.live_for(token) else {
+        let Some((Live { inner, proto }, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
         let mut snap = Snapshot::empty(RequestState::Open);
         let mut fill = inner.refill(&mut snap);
-        if !proto.snapshot_into(request(token), &mut fill) {
+        if !proto.snapshot_into(req, &mut fill) {
             return Snapshot::gone();
         }
         fill.finish(RequestState::Open, proto.words);
@@ -903,8 +895,8 @@ impl Recorder {
     /// The owner identity of the process that began the request in
     /// `token`'s slot.
     pub fn owner(&self, token: Token) -> Option<Owner> {
-        let live = self.live_for(token)?;
-        Some(live.proto.owner(token.slot))
+        let (live, req) = self.live_for(token)?;
+        Some(live.proto.owner(req.slot))
     }
 
     /// The region's schema; `None` when disabled.
