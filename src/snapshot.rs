@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::domains::Catalog;
 use crate::mark::Edge;
-use crate::protocol::{RawSnapshot, ReadInto, SegmentRead, Values};
+use crate::protocol::{ReadInto, SegmentRead, Values};
 use crate::schema::{DomainId, EventId};
 use crate::sync::AtomicU64;
 
@@ -194,15 +194,13 @@ impl Serialize for EdgeSegment {
     }
 }
 
-/// Drops values no edgemark process writes (a clock domain that names no
-/// domain in the region's table) and marks their segment corrupt.
-pub(crate) fn sanitize(raw: &mut RawSnapshot, names: &Catalog, words: &[AtomicU64]) {
-    for seg in &mut raw.segments {
-        if drop_unknown(&mut seg.values, names, words) {
-            seg.corrupt = true;
-            raw.corrupt = true;
-        }
-    }
+/// Whether a value of `values` is in a clock domain that names no domain in
+/// the region's table (no edgemark process writes one).
+pub(crate) fn has_unknown(values: &Values, names: &Catalog, words: &[AtomicU64]) -> bool {
+    !values.all_in(names.known_mask())
+        && values
+            .iter()
+            .any(|v| v.is_some_and(|v| !names.knows(words, DomainId(v.domain))))
 }
 
 /// Clears the values of `values` whose clock domain names no domain in the
@@ -405,29 +403,6 @@ impl Snapshot {
             corrupt: false,
             segments: SmallVec::new(),
         }
-    }
-
-    /// A snapshot of a raw one that [`sanitize`] has seen. Moves the
-    /// values out of `raw`, leaving it empty.
-    pub(crate) fn from_raw(
-        raw: &mut RawSnapshot,
-        state: RequestState,
-        names: &Arc<Catalog>,
-        edges: &[Edge],
-    ) -> Snapshot {
-        let mut snap = Snapshot::empty(state);
-        let mut fill = Refill::new(&mut snap, names, edges);
-        fill.start();
-        fill.dropped(raw.dropped);
-        if raw.corrupt {
-            fill.corrupt();
-        }
-        for s in raw.segments.drain(..) {
-            fill.segment(s.edge, s.index, SegmentRead::of(s.values, s.corrupt));
-        }
-        // Sanitised already: nothing is left to check.
-        fill.end(state);
-        snap
     }
 
     /// Whether the request is open, closed by the call that returned this

@@ -2,12 +2,14 @@
 //! reclaim, each under the slot's control lock (the head word), and the
 //! histogram update of the close that ends a request.
 
-use super::{Occupant, Proto, RawSegment, RawSnapshot, Values};
+use super::{Occupant, Proto, ReadInto, SegmentRead, Values};
 use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
 use crate::report::Owner;
+use crate::schema::MAX_EVENTS;
 use crate::sync::{fence, spin_step, Ordering};
 use crate::word::{self, CellWord, HeadWord, SegmentWord, SlotState};
+use smallvec::SmallVec;
 
 /// How many rounds a control operation waits for another one on the same
 /// slot before giving up with [`Outcome::Busy`]: with `spin_step`'s
@@ -28,15 +30,15 @@ pub(crate) enum Reclaimed {
     },
 }
 
-/// What [`Proto::close`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Closed {
-    /// The final values, collected as the cells were sealed.
-    pub(crate) raw: RawSnapshot,
-    /// Whether this call freed the slot. False when a reclaim took the slot
-    /// over mid-way: the snapshot may lack what the reclaim sealed first,
-    /// and the request must not be counted twice.
-    pub(crate) freed: bool,
+/// What [`Proto::close`] did, when it took the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// This call closed the request and freed the slot: the request is to
+    /// be counted (once, by this call).
+    Freed,
+    /// A reclaim took the slot over mid-way: the final values may lack what
+    /// the reclaim sealed first, and the request must not be counted twice.
+    TakenOver,
 }
 
 /// Whether a control operation that finds the slot held by another may take
@@ -301,19 +303,20 @@ impl Proto<'_> {
         self.count(outcome)
     }
 
-    /// Closes the request: seals every kept cell, collects the final values,
-    /// frees the slot. `None` if the token's request is not open.
+    /// Closes the request: seals every kept cell, collects the final values
+    /// into `into` (read as a snapshot reads them, [`ReadInto`]), frees the
+    /// slot.
     ///
-    /// `Ok` with [`Closed::freed`] true when this call closed it, false when
-    /// a reclaim took the slot over mid-way (the snapshot may lack what the
-    /// reclaim sealed first, and the request is not counted twice);
-    /// `Err(Busy)` when a live control operation held the slot for the whole
-    /// bounded wait (the request is still open: close again).
+    /// `Ok` when this call took the slot ([`Closed`] says whether it freed
+    /// it); `Err(Busy)` when a live control operation held the slot for the
+    /// whole bounded wait (the request is still open: close again); another
+    /// `Err` when the token's request is not open (`into` untouched).
     pub(crate) fn close(
         &self,
         req: Occupant,
         holder: u32,
         holder_alive: &dyn Fn(u32) -> bool,
+        into: &mut impl ReadInto,
     ) -> Result<Closed, Outcome> {
         let Occupant { slot, generation } = req;
         // Only close takes a lock over from a dead holder: it seals the whole
@@ -324,23 +327,33 @@ impl Proto<'_> {
             Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
             Lock::Refused(why) => return Err(why),
         }
-        Ok(self.seal_and_free(slot, generation, holder))
+        Ok(self.seal_and_free(slot, generation, holder, into))
     }
 
     /// The second half of close, for the holder of the slot's `Closing`
-    /// lock: seals every kept cell, collects the values, frees the slot.
-    /// [`Closed::freed`] says whether this holder freed it (no one took
-    /// over).
-    fn seal_and_free(&self, slot: u32, generation: u32, holder: u32) -> Closed {
+    /// lock: seals every kept cell, hands what each kept segment held to
+    /// `into`, frees the slot. [`Closed`] says whether this holder freed it
+    /// (no one took over).
+    fn seal_and_free(
+        &self,
+        slot: u32,
+        generation: u32,
+        holder: u32,
+        into: &mut impl ReadInto,
+    ) -> Closed {
         let l = self.layout;
-        let mut snap = RawSnapshot::default();
+        let events = (l.events as usize).min(MAX_EVENTS);
+        into.start();
         for edge in 0..l.edges as usize {
             // Relaxed: stable while we hold the lock; see `start_segment`.
             let Some(cur) = self.segment(slot, edge).load(Ordering::Relaxed).decode() else {
-                snap.corrupt = true;
+                into.corrupt();
                 continue;
             };
-            snap.dropped += u64::from((cur.count + 1).saturating_sub(l.segments));
+            let dropped = (cur.count + 1).saturating_sub(l.segments);
+            if dropped > 0 {
+                into.dropped(u64::from(dropped));
+            }
             for count in l.window(cur.count) {
                 let entry = l.ring(count);
                 // Relaxed: stable while we hold the lock.
@@ -348,23 +361,21 @@ impl Proto<'_> {
                     .entry(slot, edge, entry)
                     .load(Ordering::Relaxed)
                     .decode();
-                let mut seg = RawSegment {
-                    edge,
-                    index: ew.map_or(0, |e| e.index),
-                    values: Values::new(),
-                    corrupt: ew.is_none_or(|e| e.count != count),
-                };
-                for ev in 0..l.events as usize {
+                let mut cells = [CellWord::NONE; MAX_EVENTS];
+                for (ev, cell) in cells.iter_mut().enumerate().take(events) {
                     // AcqRel: Acquire pairs with the writers' Release CAS (we
                     // collect their values); Release orders our `Closing`
                     // head word before the seal, for snapshots that read it.
-                    let old = self
+                    *cell = self
                         .cell(slot, edge, entry, ev)
                         .swap(CellWord::sealed(generation, count), Ordering::AcqRel);
-                    seg.corrupt |= seg.values.push_kept(old);
                 }
-                snap.corrupt |= seg.corrupt;
-                snap.segments.push(seg);
+                // Unlike a snapshot, which skips an entry whose word names
+                // another count, close hands over what it sealed, flagged.
+                let (values, corrupt) = Values::from_cells(&mut cells, events);
+                let misplaced = ew.is_none_or(|e| e.count != count);
+                let index = ew.map_or(0, |e| e.index);
+                into.segment(edge, index, SegmentRead::of(values, corrupt || misplaced));
             }
             // Then every entry outside the window: a holder that died may
             // have laid cells there (begin's entry 0, or a start that never
@@ -386,14 +397,17 @@ impl Proto<'_> {
         // Release (in `unlock`): pairs with the Acquire CAS in `begin`: the
         // next occupant's cell stores come after our seals in every cell's
         // modification order.
-        let freed = self.unlock(
+        if self.unlock(
             slot,
             generation,
             SlotState::Closing,
             holder,
             SlotState::Free,
-        );
-        Closed { raw: snap, freed }
+        ) {
+            Closed::Freed
+        } else {
+            Closed::TakenOver
+        }
     }
 
     /// Frees `slot` if the process that holds it is dead: the owner of an
@@ -449,7 +463,8 @@ impl Proto<'_> {
         .ok()?;
         // `seal_and_free` seals every entry, kept or not, so whatever a dead
         // holder left half-laid is fenced too.
-        if !self.seal_and_free(slot, d.generation, me).freed {
+        // The request's values are discarded.
+        if self.seal_and_free(slot, d.generation, me, &mut Discard) != Closed::Freed {
             return None;
         }
         // Relaxed: a statistics counter.
@@ -457,21 +472,22 @@ impl Proto<'_> {
         Some(kind)
     }
 
-    /// Adds a closed request's final values to the histograms and counts it.
-    /// Only the close that freed the slot calls it, so each request is
-    /// counted once. Nothing here runs on the record path.
-    pub(crate) fn account_closed(&self, snap: &RawSnapshot) {
+    /// Adds a closed request's final values to the histograms and counts it:
+    /// `segments` are its sound kept segments (edge, values), as its close
+    /// read them. Only the close that freed the slot calls it, so each
+    /// request is counted once. Nothing here runs on the record path.
+    pub(crate) fn account_closed<'v>(&self, segments: impl Iterator<Item = (usize, &'v Values)>) {
         let events = self.layout.events as usize;
-        for seg in snap.segments.iter().filter(|s| !s.corrupt) {
-            for (ev, v) in seg.values.iter().enumerate() {
+        for (edge, values) in segments {
+            for (ev, v) in values.iter().enumerate() {
                 if let Some(v) = v {
-                    self.observe(seg.edge, ev, v.elapsed_us);
+                    self.observe(edge, ev, v.elapsed_us);
                 }
             }
             for ev in 0..events.saturating_sub(1) {
-                if let (Some(a), Some(b)) = (seg.values.get(ev), seg.values.get(ev + 1)) {
+                if let (Some(a), Some(b)) = (values.get(ev), values.get(ev + 1)) {
                     if a.domain == b.domain && b.elapsed_us >= a.elapsed_us {
-                        self.observe(seg.edge, events + ev, b.elapsed_us - a.elapsed_us);
+                        self.observe(edge, events + ev, b.elapsed_us - a.elapsed_us);
                     }
                 }
             }
@@ -511,4 +527,45 @@ fn bucket(us: u64) -> usize {
         .iter()
         .position(|b| us <= *b)
         .unwrap_or(BUCKET_US.len())
+}
+
+/// The sound segments of a closed request that hold a value, as its
+/// close read them ([`ReadInto`]): what [`Proto::account_closed`] adds to
+/// the histograms. A segment with a corrupt cell or entry word is left
+/// out.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    segments: SmallVec<[(usize, Values); 2]>,
+}
+
+impl Tally {
+    /// The segments: (edge, values).
+    pub(crate) fn segments(&self) -> impl Iterator<Item = (usize, &Values)> {
+        self.segments.iter().map(|(edge, values)| (*edge, values))
+    }
+}
+
+impl ReadInto for Tally {
+    fn start(&mut self) {
+        self.segments.clear();
+    }
+    fn corrupt(&mut self) {}
+    fn dropped(&mut self, _: u64) {}
+    fn segment(&mut self, edge: usize, _: u32, read: SegmentRead) {
+        if !read.corrupt && read.domains != 0 {
+            self.segments.push((edge, read.values));
+        }
+    }
+}
+
+/// A read that keeps nothing: a reclaim, and a begin that faulted, discard
+/// the request's values.
+#[derive(Debug)]
+pub(crate) struct Discard;
+
+impl ReadInto for Discard {
+    fn start(&mut self) {}
+    fn corrupt(&mut self) {}
+    fn dropped(&mut self, _: u64) {}
+    fn segment(&mut self, _: usize, _: u32, _: SegmentRead) {}
 }

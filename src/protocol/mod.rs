@@ -55,8 +55,8 @@ mod control;
 mod read;
 mod record;
 
-pub(crate) use control::{Closed, Reclaimed};
-pub(crate) use read::{Found, ReadInto, SegmentRead};
+pub(crate) use control::{Closed, Discard, Reclaimed, Tally};
+pub(crate) use read::{Both, Found, ReadInto, SegmentRead};
 
 use core::marker::PhantomData;
 
@@ -86,31 +86,11 @@ impl Clone for Values {
     }
 }
 
-/// Kept segments (over all edges) a [`RawSnapshot`] holds without
-/// allocating: one on each of four edges, or the default window of four on
-/// one.
-pub(crate) const INLINE_SEGMENTS: usize = 4;
-
 /// Events whose values a segment holds without allocating.
 pub(crate) const INLINE_EVENTS: usize = 4;
 const _: () = assert!(INLINE_EVENTS <= MAX_EVENTS);
 
 impl Values {
-    pub(crate) fn new() -> Values {
-        Values {
-            words: SmallVec::new(),
-        }
-    }
-    /// Appends one cell word as a snapshot keeps it ([`CellWord::kept`]);
-    /// whether it was corrupt.
-    pub(crate) fn push_kept(&mut self, cell: CellWord) -> bool {
-        let (kept, corrupt) = cell.kept();
-        // The layout validated at most MAX_EVENTS events.
-        if self.words.len() < MAX_EVENTS {
-            self.words.push(kept);
-        }
-        corrupt
-    }
     /// The values of the first `len` of `cells`, one cell word per event
     /// as read from the region, kept in place ([`CellWord::kept`]; the rest
     /// of `cells` must be `NONE`); and whether a cell held bits edgemark
@@ -188,26 +168,6 @@ impl Values {
     }
 }
 
-/// One kept segment of one edge, as read from the region.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RawSegment {
-    pub(crate) edge: usize,
-    pub(crate) index: u32,
-    /// One entry per schema event.
-    pub(crate) values: Values,
-    pub(crate) corrupt: bool,
-}
-
-/// What a snapshot or close read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RawSnapshot {
-    /// Inline up to [`INLINE_SEGMENTS`]: reading a request with no more
-    /// kept segments than that allocates nothing.
-    pub(crate) segments: SmallVec<[RawSegment; INLINE_SEGMENTS]>,
-    pub(crate) dropped: u64,
-    pub(crate) corrupt: bool,
-}
-
 /// The protocol's view of a region: its words and their geometry.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Proto<'a> {
@@ -221,15 +181,6 @@ pub(crate) struct Proto<'a> {
 pub(crate) struct Occupant {
     pub(crate) slot: u32,
     pub(crate) generation: u32,
-}
-
-impl RawSnapshot {
-    /// Empties the snapshot, keeping its segments' storage.
-    pub(crate) fn clear(&mut self) {
-        self.segments.clear();
-        self.dropped = 0;
-        self.corrupt = false;
-    }
 }
 
 /// An atomic word of the region seen as the packed word type `W`: the

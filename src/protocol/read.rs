@@ -1,7 +1,7 @@
 //! The readers: a snapshot of one open request and the sweep of open
 //! slots. Nothing here writes the region.
 
-use super::{At, Occupant, Proto, RawSegment, RawSnapshot, Values, INLINE_EVENTS};
+use super::{At, Occupant, Proto, Values, INLINE_EVENTS};
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
 use crate::sync::{AtomicU64, Ordering};
@@ -28,6 +28,7 @@ pub(crate) trait ReadInto {
 }
 
 /// What one kept segment holds, as read.
+#[derive(Clone, Debug)]
 pub(crate) struct SegmentRead {
     /// One value word per schema event, `NONE` where nothing was recorded.
     pub(crate) values: Values,
@@ -51,24 +52,28 @@ impl SegmentRead {
     }
 }
 
-impl ReadInto for RawSnapshot {
+/// Two reads of one request at once: each gets every call (`A` a copy of
+/// each segment). A close reads its final values into the snapshot it
+/// returns and into a [`Tally`](super::Tally) for the histograms.
+#[derive(Debug)]
+pub(crate) struct Both<'a, A, B>(pub(crate) &'a mut A, pub(crate) &'a mut B);
+
+impl<A: ReadInto, B: ReadInto> ReadInto for Both<'_, A, B> {
     fn start(&mut self) {
-        self.clear();
+        self.0.start();
+        self.1.start();
     }
     fn corrupt(&mut self) {
-        self.corrupt = true;
+        self.0.corrupt();
+        self.1.corrupt();
     }
     fn dropped(&mut self, n: u64) {
-        self.dropped += n;
+        self.0.dropped(n);
+        self.1.dropped(n);
     }
     fn segment(&mut self, edge: usize, index: u32, read: SegmentRead) {
-        self.corrupt |= read.corrupt;
-        self.segments.push(RawSegment {
-            edge,
-            index,
-            values: read.values,
-            corrupt: read.corrupt,
-        });
+        self.0.segment(edge, index, read.clone());
+        self.1.segment(edge, index, read);
     }
 }
 

@@ -10,13 +10,13 @@ use crate::layout::{Layout, H_FLAGS};
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Closed, Found, Occupant, Proto, Reclaimed};
+use crate::protocol::{Both, Closed, Discard, Found, Occupant, Proto, Reclaimed, Tally};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{
     self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
 };
 use crate::schema::{DomainId, EventId, Schema};
-use crate::snapshot::{Refill, RequestState, Snapshot};
+use crate::snapshot::{has_unknown, Refill, RequestState, Snapshot};
 use crate::sync::Ordering;
 use crate::token::Token;
 use crate::word::{self, CellWord};
@@ -490,7 +490,7 @@ impl Recorder {
             // changes nothing anyone else sees; on a good one it frees the
             // slot) and hand out nothing.
             Some(req) if inner.storage.faulted() => {
-                let _ = proto.close(req, holder(), &inner.holder_alive());
+                let _ = proto.close(req, holder(), &inner.holder_alive(), &mut Discard);
                 Err(Outcome::Faulted)
             }
             Some(req) => Ok(inner.token(req)),
@@ -715,20 +715,37 @@ impl Recorder {
         if inner.storage.faulted() {
             return Snapshot::empty(RequestState::Faulted);
         }
-        let closed = proto.close(req, holder(), &inner.holder_alive());
+        // The final values go straight into the snapshot returned, as a
+        // snapshot's read would put them, and into a tally for the
+        // histograms.
+        let mut snap = Snapshot::empty(RequestState::Closed);
+        let mut fill = inner.refill(&mut snap);
+        let mut tally = Tally::default();
+        let closed = proto.close(
+            req,
+            holder(),
+            &inner.holder_alive(),
+            &mut Both(&mut fill, &mut tally),
+        );
         if inner.storage.faulted() {
             // Lost during the close: what it read may be zeros.
             return Snapshot::empty(RequestState::Faulted);
         }
         match closed {
-            Ok(Closed { mut raw, freed }) => {
-                crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
-                if freed {
+            Ok(closed) => {
+                fill.finish(RequestState::Closed, proto.words);
+                if closed == Closed::Freed {
                     // Only the close that freed the slot counts the request,
-                    // so each is counted once.
-                    proto.account_closed(&raw);
+                    // so each is counted once; a segment with a value no
+                    // edgemark process writes is left out.
+                    let words = proto.words;
+                    proto.account_closed(
+                        tally
+                            .segments()
+                            .filter(|(_, values)| !has_unknown(values, &inner.names, words)),
+                    );
                 }
-                Snapshot::from_raw(&mut raw, RequestState::Closed, &inner.names, &inner.edges)
+                snap
             }
             Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
             Err(_) => Snapshot::gone(),
