@@ -29,10 +29,10 @@
 
 // The handler's table is this process's own state, read inside a signal
 // handler; it is never in a region and never modelled by loom (the module is
-// not built under it), so it uses core's atomics, not the `sync` facade.
-#![allow(clippy::disallowed_types)]
-
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+// not built under it), so it uses the facade's process-local atomics
+// (`core`'s, lock-free and signal-safe).
+use crate::sync::local::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize};
+use crate::sync::Ordering;
 use std::sync::Once;
 
 /// How many mappings one process can have guarded at once. A mapping beyond

@@ -4,7 +4,7 @@
 //! then `slots` slots of `slot_stride` bytes each. All offsets below are in
 //! words unless a name says bytes. `docs/design.md` draws the same map.
 
-use crate::word::{MAX_COUNT, NAME_WORDS};
+use crate::word::{MAX_COUNT, MAX_DOMAINS, NAME_WORDS};
 
 /// Bytes in the header; slots begin here.
 pub(crate) const HEADER_BYTES: usize = 4096;
@@ -58,11 +58,16 @@ pub(crate) const H_RECLAIMED: usize = 57;
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
 pub const MAX_EDGES: usize = 64;
-/// The clock-domain table, which processes write at run time, is at
-/// [`H_DOMAIN_TABLE`](crate::domains::H_DOMAIN_TABLE) (see `domains.rs`).
+/// Most events a schema holds (its event table's size).
+pub(crate) const MAX_EVENTS: usize = 16;
 /// Event table: four name words and one word `domain | keeps_chunk << 8`.
 pub(crate) const H_EVENT_TABLE: usize = 160;
 pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
+/// The clock-domain table, which processes write at run time
+/// (`domains.rs`): [`MAX_DOMAINS`] entries of a state word and the name.
+pub(crate) const H_DOMAIN_TABLE: usize = 256;
+/// Words per entry of the clock-domain table: the state and the name.
+pub(crate) const DOMAIN_ENTRY_WORDS: usize = 1 + NAME_WORDS;
 
 /// Most slots a region can have.
 pub const MAX_SLOTS: u32 = 1 << 20;
@@ -88,8 +93,40 @@ pub const BUCKETS_MS: [f64; 15] = [
     30000.0,
 ];
 /// Words of one histogram: a count per bucket (the last one unbounded), the
-/// sum in microseconds, the count.
-pub(crate) const HIST_WORDS: usize = BUCKETS_MS.len() + 3;
+/// sum in microseconds, the count ([`HistWords`]).
+const HIST_WORDS: usize = BUCKETS_MS.len() + 3;
+
+/// Where the words of one histogram live: [`HIST_WORDS`] words from its
+/// first, a count per bucket of [`BUCKETS_MS`] and one for the values above
+/// the last bound, then the sum in microseconds, then the count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HistWords {
+    first: usize,
+}
+
+impl HistWords {
+    /// Buckets of a histogram: one per bound of [`BUCKETS_MS`], then the rest.
+    pub(crate) const BUCKETS: usize = BUCKETS_MS.len() + 1;
+
+    /// The count of bucket `i` (below [`HistWords::BUCKETS`]).
+    #[inline]
+    pub(crate) fn bucket(self, i: usize) -> usize {
+        debug_assert!(i < Self::BUCKETS);
+        self.first + i
+    }
+    /// The sum of the values, in microseconds.
+    #[inline]
+    pub(crate) fn sum_us(self) -> usize {
+        self.first + Self::BUCKETS
+    }
+    /// The number of values.
+    #[inline]
+    pub(crate) fn count(self) -> usize {
+        self.first + Self::BUCKETS + 1
+    }
+}
+
+const _: () = assert!(HistWords::BUCKETS + 2 == HIST_WORDS);
 
 /// The validated geometry of a region, and the arithmetic of its offsets.
 ///
@@ -135,8 +172,8 @@ impl Layout {
         if edges == 0 || edges as usize > MAX_EDGES {
             return bad("the edge count", edges, MAX_EDGES as u64);
         }
-        if events == 0 || events as usize > crate::schema::MAX_EVENTS {
-            return bad("the event count", events, crate::schema::MAX_EVENTS as u64);
+        if events == 0 || events as usize > MAX_EVENTS {
+            return bad("the event count", events, MAX_EVENTS as u64);
         }
         let (e, k, n) = (edges as usize, segments as usize, events as usize);
         let raw = S_SEG + e + e * k * (1 + n);
@@ -174,10 +211,12 @@ impl Layout {
         2 * self.events as usize - 1
     }
 
-    /// The first word of histogram `metric` of `edge`.
+    /// The words of histogram `metric` of `edge`.
     #[inline]
-    pub(crate) fn hist(&self, edge: usize, metric: usize) -> usize {
-        HEADER_WORDS + (edge * self.hists_per_edge() + metric) * HIST_WORDS
+    pub(crate) fn hist(&self, edge: usize, metric: usize) -> HistWords {
+        HistWords {
+            first: HEADER_WORDS + (edge * self.hists_per_edge() + metric) * HIST_WORDS,
+        }
     }
 
     /// The region's size in bytes: `4096 + stats + slots * slot_stride`.
@@ -255,13 +294,8 @@ impl Layout {
 const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
 const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
-const _: () = assert!(
-    H_EVENT_TABLE + crate::schema::MAX_EVENTS * EVENT_WORDS <= crate::domains::H_DOMAIN_TABLE
-);
-const _: () = assert!(
-    crate::domains::H_DOMAIN_TABLE + crate::schema::MAX_DOMAINS * crate::domains::ENTRY_WORDS
-        <= HEADER_WORDS
-);
+const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);
+const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= HEADER_WORDS);
 const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
 
 #[cfg(test)]
@@ -277,7 +311,8 @@ mod tests {
         // 2 edges * 7 histograms * 18 words = 252, padded to 256 words.
         assert_eq!(l.slots_offset_bytes(), 4096 + 2048);
         assert_eq!(l.bytes(), 4096 + 2048 + 4096 * 384);
-        assert!(l.hist(1, 6) + HIST_WORDS <= HEADER_WORDS + l.stats_words);
+        assert!(l.hist(1, 6).count() < HEADER_WORDS + l.stats_words);
+        assert_eq!(l.hist(1, 0).bucket(0), l.hist(0, 6).count() + 1);
         assert_eq!(l.slot_stride_bytes() % 128, 0);
         let last = l.cell(4095, 1, 3, 3);
         assert!(last < l.total_words);

@@ -56,6 +56,7 @@
     rust_2018_idioms
 )]
 
+mod catalog;
 mod clock;
 mod domains;
 #[cfg(not(edgemark_loom))]

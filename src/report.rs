@@ -13,7 +13,7 @@
 //! Nothing here runs on the record path.
 
 use crate::clock::ClockIdentity;
-use crate::layout::{Layout, BUCKETS_MS, HIST_WORDS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
+use crate::layout::{HistWords, Layout, BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
 use crate::mark::Edge;
 use crate::outcome::Outcome;
 use crate::schema::Schema;
@@ -192,23 +192,23 @@ impl Histogram {
 
 /// Reads histogram `metric` of `edge`.
 fn read_histogram(words: &[AtomicU64], l: &Layout, edge: usize, metric: usize) -> Histogram {
-    let base = l.hist(edge, metric);
+    let h = l.hist(edge, metric);
     // Relaxed: statistics; see `Proto::observe`, which adds to them.
-    let get = |i: usize| words[base + i].load(Ordering::Relaxed);
+    let get = |i: usize| words[i].load(Ordering::Relaxed);
     // Counts written by another process may be garbage: clamp them so that
     // no reader summing the buckets can overflow.
     let mut total = 0u64;
-    let buckets = (0..=BUCKETS_MS.len())
+    let buckets = (0..HistWords::BUCKETS)
         .map(|i| {
-            let v = get(i).min(u64::MAX - total);
+            let v = get(h.bucket(i)).min(u64::MAX - total);
             total += v;
             v
         })
         .collect();
     Histogram {
         buckets,
-        sum_ms: get(BUCKETS_MS.len() + 1) as f64 / 1000.0,
-        count: get(HIST_WORDS - 1),
+        sum_ms: get(h.sum_us()) as f64 / 1000.0,
+        count: get(h.count()),
     }
 }
 

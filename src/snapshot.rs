@@ -6,7 +6,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use smallvec::SmallVec;
 
-use crate::domains::Catalog;
+use crate::catalog::Catalog;
 use crate::mark::Edge;
 use crate::protocol::{ReadInto, SegmentRead, Values};
 use crate::schema::{DomainId, EventId};

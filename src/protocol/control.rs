@@ -499,14 +499,12 @@ impl Proto<'_> {
     /// Adds one value (or delta) in microseconds to histogram `metric` of
     /// `edge`.
     fn observe(&self, edge: usize, metric: usize, us: u64) {
-        let base = self.layout.hist(edge, metric);
+        let h = self.layout.hist(edge, metric);
         // Relaxed: independent statistics counters; readers need no order
         // among them (a scrape may see a count one ahead of its sum).
-        self.w(base + bucket(us)).fetch_add(1, Ordering::Relaxed);
-        self.w(base + BUCKETS_MS.len() + 1)
-            .fetch_add(us, Ordering::Relaxed);
-        self.w(base + BUCKETS_MS.len() + 2)
-            .fetch_add(1, Ordering::Relaxed);
+        self.w(h.bucket(bucket(us))).fetch_add(1, Ordering::Relaxed);
+        self.w(h.sum_us()).fetch_add(us, Ordering::Relaxed);
+        self.w(h.count()).fetch_add(1, Ordering::Relaxed);
     }
 }
 

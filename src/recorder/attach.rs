@@ -7,12 +7,10 @@ use std::path::PathBuf;
 
 use super::{ClockShare, Recorder};
 use crate::clock::{self, Clock, ClockIdentity};
-use crate::layout::H_FLAGS;
 use crate::mark::Edge;
 use crate::process;
 use crate::region::{self, Access, AttachError, FileOwner, Header, Opened};
 use crate::schema::Schema;
-use crate::sync::Ordering;
 
 /// Options for attaching to an existing region file.
 ///
@@ -163,9 +161,7 @@ impl Recorder {
         {
             // Pids in this region now mean different processes to different
             // attachers: tell everyone to stop judging them.
-            // Relaxed: a sticky flag; its readers only ever become more
-            // careful.
-            storage.words()[H_FLAGS].fetch_or(region::FLAG_MIXED_PID_NS, Ordering::Relaxed);
+            region::mark_mixed_pid_namespaces(storage.words());
         }
         Ok(Recorder::from_header(storage, header, path, clock))
     }

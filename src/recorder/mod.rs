@@ -4,9 +4,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::catalog::Catalog;
 use crate::clock::{self, Clock, CounterScale};
-use crate::domains::{Catalog, RegisterError};
-use crate::layout::{Layout, H_FLAGS};
+use crate::domains::RegisterError;
+use crate::layout::Layout;
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
@@ -17,7 +18,6 @@ use crate::report::{
 };
 use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{has_unknown, Refill, RequestState, Snapshot};
-use crate::sync::Ordering;
 use crate::token::Token;
 use crate::word::{self, CellWord};
 
@@ -188,9 +188,7 @@ impl Inner {
     /// Whether the header's flag says a process from another pid namespace
     /// attached for writing.
     fn mixed_pid_namespaces(&self) -> bool {
-        // Relaxed: see `from_opened`.
-        let flags = self.storage.words()[H_FLAGS].load(Ordering::Relaxed);
-        flags & region::FLAG_MIXED_PID_NS != 0
+        region::mixed_pid_namespaces(self.storage.words())
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless

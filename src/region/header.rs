@@ -32,7 +32,23 @@ const FLAG_GROUP: u64 = 1;
 /// Set (never cleared) by the first process that attaches from another pid
 /// namespace: from then on no process trusts a pid found in the region, so
 /// no lock is taken over and no owner is judged dead automatically.
-pub(crate) const FLAG_MIXED_PID_NS: u64 = 2;
+const FLAG_MIXED_PID_NS: u64 = 2;
+
+/// Whether a process from another pid namespace attached for writing (the
+/// header's sticky flag, [`mark_mixed_pid_namespaces`]).
+pub(crate) fn mixed_pid_namespaces(words: &[AtomicU64]) -> bool {
+    // Relaxed: a sticky flag; a stale read only delays the extra care by
+    // one call, as for any process that attaches later.
+    words[H_FLAGS].load(Ordering::Relaxed) & FLAG_MIXED_PID_NS != 0
+}
+
+/// Sets the header's flag that a process from another pid namespace
+/// attached for writing: from then on no process trusts a pid found in the
+/// region.
+pub(crate) fn mark_mixed_pid_namespaces(words: &[AtomicU64]) {
+    // Relaxed: a sticky flag; its readers only ever become more careful.
+    words[H_FLAGS].fetch_or(FLAG_MIXED_PID_NS, Ordering::Relaxed);
+}
 
 /// Writes a header into zeroed words: everything first, the version word
 /// last.
