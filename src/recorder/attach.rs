@@ -85,6 +85,10 @@ impl AttachOptions {
     }
 
     /// Attaches to the region at `path`.
+    ///
+    /// Like every mapping of a region file, this installs edgemark's
+    /// process-wide `SIGBUS` handler on first use (see
+    /// [`RegionBuilder::create`](crate::RegionBuilder::create)).
     #[cfg(not(edgemark_loom))]
     pub fn attach(&self, path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
         let path = path.as_ref();

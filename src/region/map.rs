@@ -133,7 +133,7 @@ impl Storage {
     }
 }
 
-/// A shared, writable mapping of a region file.
+/// A shared mapping of a region file, writable or read-only.
 ///
 /// # Safety
 ///
@@ -141,18 +141,15 @@ impl Storage {
 /// never hands out references to plain data in it, only a slice of
 /// `AtomicU64`, which permits shared mutation; every access edgemark makes is
 /// atomic. The file's length was checked against the geometry before the
-/// slice was formed (`docs/limitations.md` covers a file shrunk afterwards).
+/// slice was formed (`docs/limitations.md` covers a file shrunk afterwards;
+/// [`GuardedMap`](crate::fault::GuardedMap) owns the mapping, its `SIGBUS`
+/// guard and the file).
 #[cfg(not(edgemark_loom))]
 pub(crate) struct Mapped {
-    /// The mapping's registration with the `SIGBUS` handler (`fault.rs`);
-    /// declared before `map` so that it is dropped, and the range
-    /// unregistered, before the mapping is unmapped. `None` when the
-    /// handler's table was full: the mapping then works unguarded.
-    guard: Option<crate::fault::Guard>,
-    map: memmap2::MmapRaw,
-    /// Kept open for the lifetime of the mapping: its length is re-checked
-    /// before sweeps, and a sealed region lives as long as it is open.
-    file: std::fs::File,
+    /// The mapping, guarded; the file is kept open with it: its length is
+    /// re-checked before sweeps, and a sealed region lives as long as it is
+    /// open.
+    map: crate::fault::GuardedMap,
     /// Whether the mapping is writable; a read-only one must never be
     /// written (the recorder refuses every writing call before it).
     access: Access,
@@ -161,27 +158,8 @@ pub(crate) struct Mapped {
 #[cfg(not(edgemark_loom))]
 impl Mapped {
     fn new(file: std::fs::File, len: u64, access: Access) -> std::io::Result<Mapped> {
-        let mut opts = memmap2::MmapOptions::new();
-        opts.len(len as usize);
-        let map = match access {
-            Access::ReadWrite => opts.map_raw(&file)?,
-            Access::ReadOnly => opts.map_raw_read_only(&file)?,
-        };
-        use std::os::fd::AsRawFd;
-        // The file stays open in `self` for at least the guard's lifetime
-        // (the guard is dropped first), as `register` requires.
-        let guard = crate::fault::register(
-            map.as_mut_ptr(),
-            map.len(),
-            access == Access::ReadWrite,
-            file.as_raw_fd(),
-        );
-        Ok(Mapped {
-            guard,
-            map,
-            file,
-            access,
-        })
+        let map = crate::fault::GuardedMap::new(file, len as usize, access == Access::ReadWrite)?;
+        Ok(Mapped { map, access })
     }
 
     /// See [`Storage::slot_runs`].
@@ -193,7 +171,7 @@ impl Mapped {
         let slot_of = |byte: u64| ((byte.saturating_sub(first)) / stride) as u32;
         let mut at = first;
         while at < end {
-            let data = match seek(&self.file, SeekFrom::Data(at)) {
+            let data = match seek(self.map.file(), SeekFrom::Data(at)) {
                 Ok(d) => d,
                 // ENXIO: no data at or after `at`; the rest is a hole.
                 Err(e) if e == Errno::NXIO => return,
@@ -203,7 +181,7 @@ impl Mapped {
             if data >= end {
                 return;
             }
-            let hole = match seek(&self.file, SeekFrom::Hole(data)) {
+            let hole = match seek(self.map.file(), SeekFrom::Hole(data)) {
                 Ok(h) => h.min(end),
                 Err(_) => end,
             };
@@ -223,7 +201,8 @@ impl Mapped {
             return Err(e);
         }
         let actual = self
-            .file
+            .map
+            .file()
             .metadata()
             .map_err(|e| AttachError::Io(PathBuf::from("(mapped region)"), e))?
             .len();
@@ -237,7 +216,7 @@ impl Mapped {
     /// The error that says why an access lost a page of the mapping, if
     /// one did (`fault.rs`).
     fn fault_error(&self) -> Option<AttachError> {
-        self.guard.as_ref()?.fault().map(|f| match f {
+        self.map.fault().map(|f| match f {
             crate::fault::Fault::Shrunk => AttachError::Shrunk,
             crate::fault::Fault::NoSpace => AttachError::NoSpace,
         })
@@ -247,9 +226,7 @@ impl Mapped {
     /// it, or had no space for it (`fault.rs`); stays set once set.
     #[inline]
     fn faulted(&self) -> bool {
-        self.guard
-            .as_ref()
-            .is_some_and(crate::fault::Guard::faulted)
+        self.map.faulted()
     }
 
     #[inline]
