@@ -807,7 +807,7 @@ fn m7_sweeper_snapshots_a_reused_slot() {
     };
     assert_only(NAME, &seen, |found| {
         found.len() <= 1
-            && found.iter().all(|(gen, v)| match gen {
+            && found.iter().all(|(generation, v)| match generation {
                 1 => only(v, req1.clone()),
                 2 => only(v, req2.clone()),
                 _ => false,

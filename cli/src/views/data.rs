@@ -85,7 +85,7 @@ pub(crate) struct Val {
 
 /// One edge segment of one request.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Seg {
+pub(crate) struct SegmentRow {
     /// The edge, `from->to`.
     pub(crate) edge: String,
     /// The segment index.
@@ -94,7 +94,7 @@ pub(crate) struct Seg {
     pub(crate) values: Vec<Option<Val>>,
 }
 
-impl Seg {
+impl SegmentRow {
     /// `"from->to:segment"`, as snapshots key it.
     pub(crate) fn key(&self) -> String {
         format!("{}:{}", self.edge, self.segment)
@@ -110,12 +110,12 @@ impl Seg {
 
 /// One request: a snapshot as one JSON line.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Request {
+pub(crate) struct RequestRow {
     /// The line it came from (1-based), or its position for in-memory
     /// snapshots.
     pub(crate) line: usize,
     /// Its edge segments, in the order the snapshot lists them.
-    pub(crate) segments: Vec<Seg>,
+    pub(crate) segments: Vec<SegmentRow>,
 }
 
 /// Snapshots read back: the events they name and the requests.
@@ -126,7 +126,7 @@ pub(crate) struct Collected {
     /// Edges, `from->to`, in the order first seen.
     pub(crate) edges: Vec<String>,
     /// The requests, in input order.
-    pub(crate) requests: Vec<Request>,
+    pub(crate) requests: Vec<RequestRow>,
 }
 
 impl Collected {
@@ -162,11 +162,11 @@ impl Collected {
         for s in &mut segments {
             s.values.resize(self.events.len(), None);
         }
-        self.requests.push(Request { line, segments });
+        self.requests.push(RequestRow { line, segments });
         Ok(())
     }
 
-    fn segment(&mut self, key: &str, v: &Value) -> Result<Seg> {
+    fn segment(&mut self, key: &str, v: &Value) -> Result<SegmentRow> {
         let obj = v
             .as_object()
             .ok_or_else(|| anyhow!("not an edge segment object"))?;
@@ -213,7 +213,7 @@ impl Collected {
         if key != format!("{edge}:{segment}") {
             bail!("the key does not match from_stage, to_stage and segment_index");
         }
-        Ok(Seg {
+        Ok(SegmentRow {
             edge,
             segment,
             values,
