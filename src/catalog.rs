@@ -4,11 +4,11 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::domains::{read, register, RegisterError};
-use crate::schema::{DomainId, Schema, MAX_DOMAINS};
+use crate::domains::{RegisterError, read, register};
+use crate::schema::{DomainId, MAX_DOMAINS, Schema};
 use crate::sync::local::AtomicU32;
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{pack_name, NAME_BYTES, NAME_WORDS};
+use crate::word::{NAME_BYTES, NAME_WORDS, pack_name};
 
 impl PartialEq for Catalog {
     /// Segments of two snapshots are equal when their values and event names

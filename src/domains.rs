@@ -38,9 +38,9 @@
 //! dropped as corrupt.
 
 use crate::layout::{DOMAIN_ENTRY_WORDS as ENTRY_WORDS, H_DOMAIN_TABLE};
-use crate::schema::{valid_name, DomainId, MAX_DOMAINS};
+use crate::schema::{DomainId, MAX_DOMAINS, valid_name};
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{pack_name, unpack_name, NAME_WORDS};
+use crate::word::{NAME_WORDS, pack_name, unpack_name};
 
 const KIND_SHIFT: u32 = 62;
 const HASH_MASK: u64 = (1 << KIND_SHIFT) - 1;

@@ -38,9 +38,9 @@ use std::collections::HashSet;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::Recorder;

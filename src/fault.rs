@@ -31,8 +31,8 @@
 // handler; it is never in a region and never modelled by loom (the module is
 // not built under it), so it uses the facade's process-local atomics
 // (`core`'s, lock-free and signal-safe).
-use crate::sync::local::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize};
 use crate::sync::Ordering;
+use crate::sync::local::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize};
 use std::sync::Once;
 
 /// How many mappings one process can have guarded at once. A mapping beyond

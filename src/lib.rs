@@ -80,7 +80,7 @@ mod sync;
 mod token;
 mod word;
 
-pub use clock::{monotonic_ns, Clock, ClockIdentity, DISTRUST_COUNTER_ENV};
+pub use clock::{Clock, ClockIdentity, DISTRUST_COUNTER_ENV, monotonic_ns};
 pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
@@ -90,10 +90,10 @@ pub use report::{
     Counters, EdgeHistogram, Histogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
 };
 pub use schema::{
-    DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,
-    MAX_EVENTS, MAX_NAME_LEN,
+    DomainId, Event, EventId, EventSpec, HOST_MONOTONIC, MAX_DOMAINS, MAX_EVENTS, MAX_NAME_LEN,
+    Schema, SchemaError,
 };
-pub use snapshot::{elapsed_between, EdgeSegment, Observed, RequestState, Snapshot};
+pub use snapshot::{EdgeSegment, Observed, RequestState, Snapshot, elapsed_between};
 pub use token::{ParseTokenError, Token};
 
 /// The longest elapsed time a value holds, in milliseconds (about 38.2

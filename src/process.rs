@@ -18,8 +18,8 @@ use crate::report::Owner;
 /// process-local, not region state, hence the facade's process-local
 /// atomics.
 pub(crate) fn owner_identity() -> Owner {
-    use crate::sync::local::AtomicU64;
     use crate::sync::Ordering;
+    use crate::sync::local::AtomicU64;
     static PID: AtomicU64 = AtomicU64::new(0);
     static START: AtomicU64 = AtomicU64::new(0);
     let pid = u64::from(std::process::id());

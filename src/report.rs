@@ -13,7 +13,7 @@
 //! Nothing here runs on the record path.
 
 use crate::clock::ClockIdentity;
-use crate::layout::{HistWords, Layout, BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
+use crate::layout::{BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, HistWords, Layout};
 use crate::mark::Edge;
 use crate::outcome::Outcome;
 use crate::schema::Schema;

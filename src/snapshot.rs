@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use smallvec::SmallVec;
 
 use crate::catalog::Catalog;
@@ -497,9 +497,10 @@ mod tests {
         }
         let elsewhere = rec.begin().unwrap();
         let mark = Mark::new(E12, Event::ALL[3]);
-        assert!(rec
-            .record_elapsed(elsewhere, mark, 2.5, "worker")
-            .is_success());
+        assert!(
+            rec.record_elapsed(elsewhere, mark, 2.5, "worker")
+                .is_success()
+        );
         rec.close(closed);
         (rec, vec![idle, one, full, segmented, elsewhere])
     }

@@ -7,7 +7,7 @@ use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
-use crate::sync::{fence, spin_step, Ordering};
+use crate::sync::{Ordering, fence, spin_step};
 use crate::word::{self, CellWord, HeadWord, SegmentWord, SlotState};
 use smallvec::SmallVec;
 
@@ -224,7 +224,7 @@ impl Proto<'_> {
                     spin_step(round);
                 }
                 SlotState::Free | SlotState::Closing | SlotState::Beginning => {
-                    return Lock::Refused(Outcome::Closed)
+                    return Lock::Refused(Outcome::Closed);
                 }
             }
         }
@@ -485,10 +485,11 @@ impl Proto<'_> {
                 }
             }
             for ev in 0..events.saturating_sub(1) {
-                if let (Some(a), Some(b)) = (values.get(ev), values.get(ev + 1)) {
-                    if a.domain == b.domain && b.elapsed_us >= a.elapsed_us {
-                        self.observe(edge, events + ev, b.elapsed_us - a.elapsed_us);
-                    }
+                if let (Some(a), Some(b)) = (values.get(ev), values.get(ev + 1))
+                    && a.domain == b.domain
+                    && b.elapsed_us >= a.elapsed_us
+                {
+                    self.observe(edge, events + ev, b.elapsed_us - a.elapsed_us);
                 }
             }
         }

@@ -60,7 +60,7 @@ pub(crate) use read::{Both, Found, ReadInto, SegmentRead};
 
 use core::marker::PhantomData;
 
-use crate::layout::{Layout, H_COUNTERS};
+use crate::layout::{H_COUNTERS, Layout};
 use crate::outcome::Outcome;
 use crate::schema::MAX_EVENTS;
 use crate::sync::{AtomicU64, Ordering};

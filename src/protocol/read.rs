@@ -1,7 +1,7 @@
 //! The readers: a snapshot of one open request and the sweep of open
 //! slots. Nothing here writes the region.
 
-use super::{At, Occupant, Proto, Values, INLINE_EVENTS};
+use super::{At, INLINE_EVENTS, Occupant, Proto, Values};
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
 use crate::sync::{AtomicU64, Ordering};

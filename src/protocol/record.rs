@@ -3,7 +3,7 @@
 
 use super::{Occupant, Proto};
 use crate::outcome::Outcome;
-use crate::sync::{fence, Ordering};
+use crate::sync::{Ordering, fence};
 use crate::word::{Cell, CellWord, SlotState};
 
 impl Proto<'_> {
@@ -107,7 +107,7 @@ impl Proto<'_> {
             // answer is known without the head (which, after begin's Release
             // fence and ours, would say the same).
             Cell::Empty { generation: g, .. } if g != generation => {
-                return self.count(Outcome::Reused)
+                return self.count(Outcome::Reused);
             }
             // Laid for a newer segment of this request: the entry was relaid.
             Cell::Empty { .. } => Outcome::StaleSegment,

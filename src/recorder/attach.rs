@@ -115,15 +115,15 @@ impl AttachOptions {
 
     /// Checks a validated header against these options.
     fn check(&self, h: &Header) -> Result<ClockShare, AttachError> {
-        if let Some(s) = &self.expect_schema {
-            if *s != h.schema {
-                return Err(AttachError::SchemaMismatch);
-            }
+        if let Some(s) = &self.expect_schema
+            && *s != h.schema
+        {
+            return Err(AttachError::SchemaMismatch);
         }
-        if let Some(e) = &self.expect_edges {
-            if *e != h.edges {
-                return Err(AttachError::EdgeMismatch);
-            }
+        if let Some(e) = &self.expect_edges
+            && *e != h.edges
+        {
+            return Err(AttachError::EdgeMismatch);
         }
         let here = ClockIdentity::current();
         let same_clock = here == h.clock;

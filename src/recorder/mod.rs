@@ -17,7 +17,7 @@ use crate::report::{
     self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
 };
 use crate::schema::{DomainId, EventId, Schema};
-use crate::snapshot::{has_unknown, Refill, RequestState, Snapshot};
+use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::Token;
 use crate::word::{self, CellWord};
 
@@ -514,12 +514,12 @@ impl Recorder {
         // The fast path: every check of `record_checked` that a valid call
         // passes, folded into flags computed when the recorder was made.
         let spec = inner.event(&mark);
-        if spec.fast && mark.meaningful {
-            if let (Ok(req), Some(edge), Ok(chunk)) =
+        if spec.fast
+            && mark.meaningful
+            && let (Ok(req), Some(edge), Ok(chunk)) =
                 (req, inner.edge_index.get(mark.edge), spec.chunk(&mark))
-            {
-                return inner.record_now(req, edge, mark.segment, mark.event.0, chunk);
-            }
+        {
+            return inner.record_now(req, edge, mark.segment, mark.event.0, chunk);
         }
         self.record_checked(req, mark)
     }

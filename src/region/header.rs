@@ -5,9 +5,9 @@ use super::error::{AttachError, CreateError};
 use crate::clock::{Clock, ClockIdentity, CounterScale};
 use crate::layout::*;
 use crate::mark::Edge;
-use crate::schema::{Schema, SchemaError, MAX_DOMAINS, MAX_EVENTS};
+use crate::schema::{MAX_DOMAINS, MAX_EVENTS, Schema, SchemaError};
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{pack_name, unpack_name, NAME_WORDS};
+use crate::word::{NAME_WORDS, pack_name, unpack_name};
 
 /// Everything a validated header says.
 #[derive(Clone, Debug)]

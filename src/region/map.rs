@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rustix::{fs::OFlags, io::Errno};
 
 use super::error::{AttachError, CreateError};
-use super::header::{read_header, write_header, Header};
+use super::header::{Header, read_header, write_header};
 use crate::layout::{HEADER_BYTES, MAX_REGION_BYTES};
 use crate::sync::{AtomicU64, HeapWords, Ordering};
 
@@ -164,7 +164,7 @@ impl Mapped {
 
     /// See [`Storage::slot_runs`].
     fn slot_runs(&self, layout: &crate::layout::Layout, mut f: impl FnMut(u32, u32)) {
-        use rustix::fs::{seek, SeekFrom};
+        use rustix::fs::{SeekFrom, seek};
         let first = layout.slots_offset_bytes();
         let stride = layout.slot_stride_bytes();
         let end = first + u64::from(layout.slots) * stride;

@@ -2,8 +2,8 @@
 //! requests read back from snapshot JSON (the upstream recorder's
 //! `metrics["stream_edge_metrics"]` form).
 
-use anyhow::{anyhow, bail, Context, Result};
-use edgemark::{Histogram, BUCKETS_MS};
+use anyhow::{Context, Result, anyhow, bail};
+use edgemark::{BUCKETS_MS, Histogram};
 use serde_json::Value;
 
 /// Short labels of the default schema's four events, in schema order.

@@ -16,10 +16,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
-use edgemark::{Snapshot, HOST_MONOTONIC};
+use anyhow::{Context, Result, bail};
+use edgemark::{HOST_MONOTONIC, Snapshot};
 
-use super::data::{percentile, short_event, Collected, RequestRow, SegmentRow};
+use super::data::{Collected, RequestRow, SegmentRow, percentile, short_event};
 
 /// Bins of every histogram.
 pub(crate) const BINS: usize = 20;
