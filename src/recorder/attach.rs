@@ -116,7 +116,7 @@ impl AttachOptions {
     /// Checks a validated header against these options.
     fn check(&self, h: &Header) -> Result<ClockShare, AttachError> {
         if let Some(s) = &self.expect_schema
-            && *s != h.schema
+            && *s != *h.schema
         {
             return Err(AttachError::SchemaMismatch);
         }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use crate::catalog::Catalog;
 use crate::clock::{self, Clock, CounterScale};
 use crate::domains::RegisterError;
-use crate::layout::Layout;
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
@@ -41,12 +40,31 @@ enum ClockShare {
     Foreign,
 }
 
+impl ClockShare {
+    /// Whether this process may write values of the region's shared clock
+    /// ([`ClockShare::Shared`]): begin, the clock-reading record, and
+    /// `record_elapsed` into `host_monotonic`. What
+    /// [`RegionInfo::shares_clock`] reports.
+    #[inline]
+    fn reads_clock(self) -> bool {
+        self == ClockShare::Shared
+    }
+
+    /// Whether this process is in the region's boot and time namespace
+    /// (not [`ClockShare::Foreign`]): process start times compare.
+    #[inline]
+    fn same_namespace(self) -> bool {
+        self != ClockShare::Foreign
+    }
+}
+
 /// Event ids a mark can carry (`EventId` is a byte).
 const EVENT_IDS: usize = 1 << u8::BITS;
 
-/// What the record path needs of one schema event.
+/// What the record path needs of one schema event (of its
+/// [`EventSpec`](crate::EventSpec), and of this process's access).
 #[derive(Clone, Copy, Debug)]
-struct EventSpec {
+struct RecordSpec {
     /// The event's clock domain.
     domain: DomainId,
     /// Whether its value word keeps the chunk sequence.
@@ -58,7 +76,7 @@ struct EventSpec {
     fast: bool,
 }
 
-impl EventSpec {
+impl RecordSpec {
     /// The chunk field of a value word of this event for `mark`, checked.
     #[inline]
     fn chunk(self, mark: &Mark) -> Result<Option<u64>, Outcome> {
@@ -82,31 +100,22 @@ fn holder() -> u32 {
 
 struct Inner {
     storage: Storage,
-    layout: Layout,
-    /// The declared schema, also `names.schema` (kept here for the record
-    /// path, one pointer away).
-    schema: Arc<Schema>,
+    /// The region's validated header: its geometry, edges, identity and
+    /// clock. Its schema is shared with `names`.
+    header: Header,
+    /// The names this process has met, with the schema.
     names: Arc<Catalog>,
-    edges: Vec<Edge>,
-    /// `edges` by stage pair, for the record path.
+    /// `header.edges` by stage pair, for the record path.
     edge_index: EdgeIndex,
-    /// Per schema event (the first `layout.events` entries): what the record
-    /// path needs of its spec, inline rather than behind the schema's `Arc`.
-    events: [EventSpec; EVENT_IDS],
-    /// Whether the storage may be written (`storage.access()`, kept here so
-    /// the record path tests a flag).
-    writable: bool,
-    region_id: u64,
-    /// Whether this process is in the region's boot and time namespace
-    /// (not [`ClockShare::Foreign`]): process start times compare.
-    shared_clock: bool,
-    /// Whether this process may write values of the region's shared clock
-    /// ([`ClockShare::Shared`]): begin, the clock-reading record, and
-    /// `record_elapsed` into `host_monotonic`.
-    reads_clock: bool,
+    /// Per schema event (the first `header.layout.events` entries): what
+    /// the record path needs of it, inline rather than behind the schema's
+    /// `Arc`.
+    events: [RecordSpec; EVENT_IDS],
+    /// Whether the region's `host_monotonic` domain is this process's
+    /// clock.
+    clock: ClockShare,
     /// The conversion of a counter region (`None` in a monotonic one).
     counter: Option<CounterScale>,
-    header: Header,
     path: Option<PathBuf>,
 }
 
@@ -140,8 +149,8 @@ impl fmt::Debug for Recorder {
             Some(i) => f
                 .debug_struct("Recorder")
                 .field("path", &i.path)
-                .field("region_id", &format_args!("{:016x}", i.region_id))
-                .field("edges", &i.edges)
+                .field("region_id", &format_args!("{:016x}", i.header.region_id))
+                .field("edges", &i.header.edges)
                 .field("storage", &i.storage)
                 .finish(),
         }
@@ -160,7 +169,7 @@ impl Inner {
     /// The token of a request of this region.
     fn token(&self, req: Occupant) -> Token {
         Token {
-            region: self.region_id,
+            region: self.header.region_id,
             slot: req.slot,
             generation: req.generation,
         }
@@ -204,10 +213,10 @@ impl Inner {
     /// region, [`Outcome::Invalid`] for one no `begin` of it minted.
     #[inline]
     fn occupant(&self, token: Token) -> Result<Occupant, Outcome> {
-        if token.region != self.region_id {
+        if token.region != self.header.region_id {
             return Err(Outcome::ForeignToken);
         }
-        if token.slot >= self.layout.slots || token.generation == 0 {
+        if token.slot >= self.header.layout.slots || token.generation == 0 {
             return Err(Outcome::Invalid);
         }
         Ok(Occupant {
@@ -226,7 +235,7 @@ impl Inner {
     /// gives the edge's index.
     #[inline]
     fn check_mark(&self, mark: &Mark) -> Result<usize, Outcome> {
-        if mark.event.0 as u32 >= self.layout.events {
+        if mark.event.0 as u32 >= self.header.layout.events {
             return Err(Outcome::UnknownEvent);
         }
         self.edge(mark.edge)
@@ -235,7 +244,7 @@ impl Inner {
     /// The record path's view of `mark`'s event: its spec for a schema
     /// event, and for any other id an entry that never takes the fast path.
     #[inline]
-    fn event(&self, mark: &Mark) -> EventSpec {
+    fn event(&self, mark: &Mark) -> RecordSpec {
         // One entry per possible id: no bounds check, and ids beyond the
         // schema have entries that never take the fast path.
         self.events[usize::from(mark.event.0)]
@@ -261,7 +270,7 @@ impl Inner {
     ) -> Outcome {
         let proto = Proto {
             words: self.storage.words(),
-            layout: &self.layout,
+            layout: &self.header.layout,
         };
         let counter = self.counter;
         proto.record(req, edge, segment, usize::from(event), |origin| {
@@ -305,7 +314,7 @@ impl Inner {
     /// no edgemark process writes are left out when it finishes).
     #[inline]
     fn refill<'a>(&'a self, snap: &'a mut Snapshot) -> Refill<'a> {
-        Refill::new(snap, &self.names, &self.edges)
+        Refill::new(snap, &self.names, &self.header.edges)
     }
 }
 
@@ -318,7 +327,7 @@ impl Recorder {
             inner,
             proto: Proto {
                 words: inner.storage.words(),
-                layout: &inner.layout,
+                layout: &inner.header.layout,
             },
         })
     }
@@ -336,7 +345,7 @@ impl Recorder {
     #[inline]
     fn live_mut(&self) -> Result<Live<'_>, Outcome> {
         let live = self.live().ok_or(Outcome::Disabled)?;
-        if live.inner.writable {
+        if live.inner.storage.access() == Access::ReadWrite {
             Ok(live)
         } else {
             Err(Outcome::ReadOnly)
@@ -359,19 +368,32 @@ impl Live<'_> {
     /// as an access found the file shrunk (its pages then read as zeros).
     /// Slots in a hole of the file are skipped: never written, they are
     /// free ([`Storage::slot_runs`]).
-    fn sweep(&self, mut f: impl FnMut(Found)) -> Result<(), AttachError> {
+    fn sweep(&self, f: impl FnMut(Found)) -> Result<(), AttachError> {
+        self.sweep_runs(|from, to| self.proto.open_slots(from, to), f)
+    }
+
+    /// The one sweep loop: `each` turns a run of slots that may have been
+    /// written ([`Storage::slot_runs`]) into the items it holds, `f` takes
+    /// them in order; the mapping's faulted flag is checked before each item
+    /// is handed over and at the end, and a fault stops the sweep with its
+    /// error.
+    fn sweep_runs<I: Iterator>(
+        &self,
+        mut each: impl FnMut(u32, u32) -> I,
+        mut f: impl FnMut(I::Item),
+    ) -> Result<(), AttachError> {
         let storage = &self.inner.storage;
         let mut faulted = false;
-        storage.slot_runs(&self.inner.layout, |from, to| {
+        storage.slot_runs(&self.inner.header.layout, |from, to| {
             if faulted {
                 return;
             }
-            for req in self.proto.open_slots(from, to) {
+            for item in each(from, to) {
                 if storage.faulted() {
                     faulted = true;
                     return;
                 }
-                f(req);
+                f(item);
             }
         });
         if faulted || storage.faulted() {
@@ -406,37 +428,29 @@ impl Recorder {
         path: Option<PathBuf>,
         clock: ClockShare,
     ) -> Recorder {
-        let schema = Arc::new(header.schema.clone());
-        let mut events = [EventSpec {
+        let mut events = [RecordSpec {
             domain: DomainId::HOST_MONOTONIC,
             keeps_chunk_seq: false,
             fast: false,
         }; EVENT_IDS];
         let writable = storage.access() == Access::ReadWrite;
-        let reads_clock = clock == ClockShare::Shared;
         for (spec, e) in events
             .iter_mut()
-            .zip(schema.events())
+            .zip(header.schema.events())
             .take(header.layout.events as usize)
         {
-            *spec = EventSpec {
+            *spec = RecordSpec {
                 domain: e.domain(),
                 keeps_chunk_seq: e.keeps_chunk_seq(),
-                fast: writable && reads_clock && e.domain() == DomainId::HOST_MONOTONIC,
+                fast: writable && clock.reads_clock() && e.domain() == DomainId::HOST_MONOTONIC,
             };
         }
         Recorder {
             inner: Some(Arc::new(Inner {
-                layout: header.layout,
-                names: Arc::new(Catalog::new(Arc::clone(&schema))),
-                schema,
-                edges: header.edges.clone(),
+                names: Arc::new(Catalog::new(Arc::clone(&header.schema))),
                 edge_index: EdgeIndex::new(&header.edges),
                 events,
-                writable,
-                region_id: header.region_id,
-                shared_clock: clock != ClockShare::Foreign,
-                reads_clock,
+                clock,
                 counter: match header.clock_kind {
                     Clock::Monotonic => None,
                     Clock::Counter => CounterScale::new(header.counter_rate),
@@ -472,14 +486,16 @@ impl Recorder {
         }
         let mut owner = process::owner_identity();
         // A start time is only comparable in the region's time namespace.
-        if !inner.shared_clock {
+        if !inner.clock.same_namespace() {
             owner.start_ticks = 0;
         }
         let origin = match inner.counter {
             None => clock::monotonic_ns(),
             // An origin is a reading of the region's clock: a process that
             // cannot vouch for the counter sets none.
-            Some(_) if !inner.reads_clock => return Err(proto.count(Outcome::ClockMismatch)),
+            Some(_) if !inner.clock.reads_clock() => {
+                return Err(proto.count(Outcome::ClockMismatch));
+            }
             Some(_) => clock::counter(),
         };
         match proto.begin(origin, owner, holder()) {
@@ -540,7 +556,7 @@ impl Recorder {
             Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
-        if !inner.reads_clock || inner.event(&mark).domain.0 != 0 {
+        if !inner.clock.reads_clock() || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
         match inner.chunk(&mark) {
@@ -604,7 +620,7 @@ impl Recorder {
         // `host_monotonic` values come from the region's shared clock; in a
         // counter region a duration measured elsewhere cannot be one (its
         // origin is not the counter's), so it is refused rather than mixed.
-        if domain.0 == 0 && (!inner.reads_clock || inner.counter.is_some()) {
+        if domain.0 == 0 && (!inner.clock.reads_clock() || inner.counter.is_some()) {
             return proto.count(Outcome::ClockMismatch);
         }
         let us = (elapsed_ms * 1000.0).round();
@@ -916,12 +932,12 @@ impl Recorder {
 
     /// The region's schema; `None` when disabled.
     pub fn schema(&self) -> Option<&Schema> {
-        self.live().map(|live| &*live.inner.schema)
+        self.live().map(|live| &*live.inner.header.schema)
     }
 
     /// The declared edges, in order; empty when disabled.
     pub fn edges(&self) -> &[Edge] {
-        self.live().map_or(&[], |live| &live.inner.edges)
+        self.live().map_or(&[], |live| &live.inner.header.edges)
     }
 
     /// The id of the event called `name` in the region's schema.
@@ -951,7 +967,7 @@ impl Recorder {
             slots_offset: h.layout.slots_offset_bytes(),
             bytes: h.layout.bytes(),
             clock: h.clock,
-            shares_clock: i.reads_clock,
+            shares_clock: i.clock.reads_clock(),
             clock_kind: h.clock_kind,
             created_unix_ns: h.created_unix_ns,
             creator_pid: h.creator_pid,
@@ -1022,7 +1038,7 @@ impl Recorder {
             });
         }
         // Start times are compared only in the region's time namespace.
-        let compare_start = inner.shared_clock;
+        let compare_start = inner.clock.same_namespace();
         self.reclaim_where(
             |owner| {
                 let start = if compare_start { owner.start_ticks } else { 0 };
@@ -1047,35 +1063,27 @@ impl Recorder {
         holder_dead: impl Fn(u32) -> bool,
     ) -> Result<ReclaimReport, AttachError> {
         let mut report = ReclaimReport::default();
-        let Some(Live { inner, proto }) = self.live_for_sweep()? else {
+        let Some(live) = self.live_for_sweep()? else {
             return Ok(report);
         };
+        let Live { inner, proto } = live;
         if inner.storage.access() == Access::ReadOnly {
             return Err(AttachError::ReadOnly);
         }
         let me = holder();
         let owner_alive = |owner| !owner_dead(owner);
         let holder_alive = |pid| !holder_dead(pid);
-        let mut faulted = false;
-        inner.storage.slot_runs(&inner.layout, |from, to| {
-            for slot in from..to {
-                if faulted || inner.storage.faulted() {
-                    faulted = true;
-                    return;
+        live.sweep_runs(
+            |from, to| from..to,
+            |slot| match proto.reclaim(slot, me, owner_alive, holder_alive) {
+                Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
+                Some(Reclaimed::DeadHolder { live_owner }) => {
+                    report.dead_holders += 1;
+                    report.live_owners_locked += u32::from(live_owner);
                 }
-                match proto.reclaim(slot, me, owner_alive, holder_alive) {
-                    Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
-                    Some(Reclaimed::DeadHolder { live_owner }) => {
-                        report.dead_holders += 1;
-                        report.live_owners_locked += u32::from(live_owner);
-                    }
-                    None => {}
-                }
-            }
-        });
-        if faulted || inner.storage.faulted() {
-            return Err(inner.storage.fault_error());
-        }
+                None => {}
+            },
+        )?;
         Ok(report)
     }
 
@@ -1095,7 +1103,12 @@ impl Recorder {
         let Some(Live { inner, proto }) = self.live_for_sweep()? else {
             return Ok(Vec::new());
         };
-        let h = report::histograms(proto.words, proto.layout, &inner.schema, &inner.edges);
+        let h = report::histograms(
+            proto.words,
+            proto.layout,
+            &inner.header.schema,
+            &inner.header.edges,
+        );
         if inner.storage.faulted() {
             return Err(inner.storage.fault_error());
         }

@@ -1,6 +1,8 @@
 //! The header codec: the header of a new region, and writing, reading and
 //! validating a region's header words.
 
+use std::sync::Arc;
+
 use super::error::{AttachError, CreateError};
 use crate::clock::{Clock, ClockIdentity, CounterScale};
 use crate::layout::*;
@@ -13,7 +15,8 @@ use crate::word::{NAME_WORDS, pack_name, unpack_name};
 #[derive(Clone, Debug)]
 pub(crate) struct Header {
     pub(crate) layout: Layout,
-    pub(crate) schema: Schema,
+    /// Shared with the recorder's name catalog (one copy per process).
+    pub(crate) schema: Arc<Schema>,
     pub(crate) edges: Vec<Edge>,
     pub(crate) region_id: u64,
     pub(crate) clock: ClockIdentity,
@@ -219,7 +222,7 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
     }
     Ok(Header {
         layout,
-        schema,
+        schema: Arc::new(schema),
         edges,
         region_id: get(H_REGION_ID),
         clock: ClockIdentity {
@@ -289,7 +292,7 @@ pub(crate) fn new_header(
     };
     Ok(Header {
         layout,
-        schema: schema.clone(),
+        schema: Arc::new(schema.clone()),
         edges: edges.to_vec(),
         region_id: new_region_id(),
         clock: ClockIdentity::current(),
