@@ -40,11 +40,33 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The layers, bottom up: [`word`](crate) encodings and the layout, the
-//! clock, names (schema, edges and marks), the reports and processes, the
-//! protocol over a slice of atomics (`docs/design.md` states it in full),
-//! the region (create, attach, validate, map), and this crate's public
-//! types (the recorder and snapshots).
+//! ## The API by category
+//!
+//! - **Regions**: [`Recorder`] (the handle every process uses),
+//!   [`RegionBuilder`] (create), [`AttachOptions`] (attach),
+//!   [`default_dir`]; errors [`CreateError`], [`AttachError`].
+//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`], [`Edge`],
+//!   [`Event`], [`EventId`], [`Outcome`] (what every record call says).
+//! - **Reading**: [`Snapshot`], [`EdgeSegment`], [`Observed`],
+//!   [`RequestState`].
+//! - **Schemas**: [`Schema`], [`EventSpec`], [`DomainId`],
+//!   [`HOST_MONOTONIC`], [`SchemaError`].
+//! - **Clocks**: [`Clock`], [`ClockIdentity`], [`monotonic_ns`],
+//!   [`DISTRUST_COUNTER_ENV`].
+//! - **Reports**: [`RegionInfo`], [`Counters`], [`EdgeHistogram`],
+//!   [`Histogram`], [`BUCKETS_MS`], [`ReclaimReport`], [`Owner`],
+//!   [`PidsUnjudged`]; the Prometheus text in `export` (feature
+//!   `prometheus`).
+//! - **Limits**: [`MAX_SLOTS`], [`MAX_SEGMENTS`], [`MAX_EDGES`],
+//!   [`MAX_EVENTS`], [`MAX_DOMAINS`], [`MAX_NAME_LEN`], [`MAX_ELAPSED_MS`],
+//!   [`MAX_CHUNK_SEQ`].
+//!
+//! The layers, bottom up: word encodings and the layout, the atomics
+//! facade, the clock, names (schema, edges and marks), the clock-domain
+//! table, the reports and processes, the protocol over a slice of atomics
+//! (`docs/design.md` states it in full, with its layer table), the region
+//! (create, attach, validate, map), and this crate's public types (the
+//! recorder and snapshots).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // Under loom only the heap-backed protocol is built; the file layer is out.
@@ -93,7 +115,7 @@ pub use schema::{
     DomainId, Event, EventId, EventSpec, HOST_MONOTONIC, MAX_DOMAINS, MAX_EVENTS, MAX_NAME_LEN,
     Schema, SchemaError,
 };
-pub use snapshot::{EdgeSegment, Observed, RequestState, Snapshot, elapsed_between};
+pub use snapshot::{EdgeSegment, Observed, RequestState, Snapshot};
 pub use token::{ParseTokenError, Token};
 
 /// The longest elapsed time a value holds, in milliseconds (about 38.2

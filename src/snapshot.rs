@@ -151,16 +151,6 @@ impl EdgeSegment {
     }
 }
 
-/// Milliseconds between two events of an edge segment; see
-/// [`EdgeSegment::elapsed_between`].
-pub fn elapsed_between(
-    segment: &EdgeSegment,
-    start: impl Into<EventId>,
-    end: impl Into<EventId>,
-) -> Option<f64> {
-    segment.elapsed_between(start, end)
-}
-
 impl Serialize for EdgeSegment {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         struct Domains<'a>(&'a EdgeSegment);

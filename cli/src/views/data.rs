@@ -41,11 +41,8 @@ pub(crate) fn since(now: &Histogram, start: &Histogram) -> Histogram {
         .zip(start.buckets.iter().chain(std::iter::repeat(&0)))
         .map(|(n, s)| n.saturating_sub(*s))
         .collect();
-    Histogram {
-        count: buckets.iter().sum(),
-        sum_ms: (now.sum_ms - start.sum_ms).max(0.0),
-        buckets,
-    }
+    let count = buckets.iter().sum();
+    Histogram::new(buckets, (now.sum_ms - start.sum_ms).max(0.0), count)
 }
 
 /// The `q`-quantile (0 < q <= 1) of the values a histogram counts, estimated
@@ -286,11 +283,8 @@ mod tests {
     fn hist(buckets: &[u64]) -> Histogram {
         let mut b = buckets.to_vec();
         b.resize(BUCKETS_MS.len() + 1, 0);
-        Histogram {
-            count: b.iter().sum(),
-            sum_ms: 0.0,
-            buckets: b,
-        }
+        let count = b.iter().sum();
+        Histogram::new(b, 0.0, count)
     }
 
     #[test]
