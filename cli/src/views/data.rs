@@ -3,7 +3,7 @@
 //! `metrics["stream_edge_metrics"]` form).
 
 use anyhow::{Context, Result, anyhow, bail};
-use edgemark::{BUCKETS_MS, Histogram};
+use edgemark::{BUCKETS_MS, EdgeHistogram, Histogram};
 use serde_json::Value;
 
 /// Short labels of the default schema's four events, in schema order.
@@ -22,12 +22,12 @@ pub(crate) fn short_event(name: &str) -> &str {
         .map_or(name, |(_, short)| short)
 }
 
-/// The short label of a histogram metric: an event, or a delta
-/// `"<a>__to__<b>"` shown as `a -> b`.
-pub(crate) fn short_metric(metric: &str) -> String {
-    match metric.split_once("__to__") {
+/// The short label of a histogram: its event, or its delta's two events
+/// shown as `a -> b` (from the histogram's own fields, not its metric name).
+pub(crate) fn short_metric(h: &EdgeHistogram) -> String {
+    match &h.delta {
         Some((a, b)) => format!("{} -> {}", short_event(a), short_event(b)),
-        None => short_event(metric).to_owned(),
+        None => short_event(&h.metric).to_owned(),
     }
 }
 
@@ -267,7 +267,8 @@ impl Collected {
     }
 }
 
-/// The nearest-rank percentile of sorted values.
+/// The nearest-rank percentile of sorted values (the demo's table and the
+/// report page share it).
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;

@@ -243,7 +243,7 @@ impl Top {
                     Some(s) => since(&h.histogram, &s.histogram),
                     None => h.histogram.clone(),
                 };
-                (h.edge.to_string(), short_metric(&h.metric), closed)
+                (h.edge.to_string(), short_metric(h), closed)
             })
             .collect();
 
