@@ -147,9 +147,111 @@ pub(crate) struct Layout {
     pub(crate) total_words: usize,
 }
 
-/// A geometry outside what a region can hold.
+/// What is wrong with a region's geometry or with another header field: the
+/// payload of [`CreateError::Geometry`](crate::CreateError::Geometry) and
+/// [`AttachError::Geometry`](crate::AttachError::Geometry).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct BadGeometry(pub(crate) String);
+#[non_exhaustive]
+pub enum GeometryError {
+    /// A count (`what`: slots, kept segments, edges, events, declared
+    /// clock domains) outside `1..=max`.
+    OutOfRange {
+        /// Which count.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The largest it may be.
+        max: u64,
+    },
+    /// A count in the header that does not even fit its 32-bit field.
+    Oversized {
+        /// Which count.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// The region would be larger than this build creates or attaches.
+    TooLarge {
+        /// Its size in bytes.
+        bytes: u64,
+        /// The largest size allowed, in bytes.
+        max: u64,
+    },
+    /// A header field disagrees with what the geometry gives.
+    Mismatch {
+        /// Which field.
+        what: &'static str,
+        /// Its value.
+        found: u64,
+        /// What the geometry gives.
+        expected: u64,
+    },
+    /// A file length that no geometry gives.
+    FileLength(u64),
+    /// An event table entry with flags edgemark never writes.
+    EventFlags {
+        /// The event's index.
+        event: usize,
+        /// Its flag word.
+        flags: u64,
+    },
+    /// An edge table entry that is a self-loop or a duplicate.
+    Edge {
+        /// The entry's index.
+        index: usize,
+        /// The edge it holds.
+        edge: crate::Edge,
+    },
+    /// Header flags edgemark never writes.
+    Flags(u64),
+    /// A clock kind this build does not know.
+    ClockKind(u64),
+    /// A counter rate that the region's clock kind cannot have.
+    CounterRate {
+        /// The region's clock kind.
+        clock: crate::Clock,
+        /// The rate word.
+        rate: u64,
+    },
+}
+
+impl std::fmt::Display for GeometryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GeometryError::Oversized { what, value } => write!(f, "{what} is {value}"),
+            GeometryError::OutOfRange { what, value, max } => {
+                write!(f, "{what} is {value}; it must be between 1 and {max}")
+            }
+            GeometryError::TooLarge { bytes, max } => {
+                write!(
+                    f,
+                    "the region would be {bytes} bytes; at most {max} are allowed"
+                )
+            }
+            GeometryError::Mismatch {
+                what,
+                found,
+                expected,
+            } => write!(f, "{what} is {found} but the geometry gives {expected}"),
+            GeometryError::FileLength(len) => {
+                write!(f, "the file is {len} bytes, which no region geometry gives")
+            }
+            GeometryError::EventFlags { event, flags } => {
+                write!(f, "event #{event} has unknown flags {flags:#x}")
+            }
+            GeometryError::Edge { index, edge } => {
+                write!(f, "edge #{index} ({edge}) is a self-loop or a duplicate")
+            }
+            GeometryError::Flags(flags) => write!(f, "unknown flags {flags:#x}"),
+            GeometryError::ClockKind(k) => write!(f, "unknown clock kind {k}"),
+            GeometryError::CounterRate { clock, rate } => {
+                write!(f, "a {clock} region cannot have the counter rate {rate}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GeometryError {}
 
 impl Layout {
     pub(crate) fn new(
@@ -157,11 +259,13 @@ impl Layout {
         segments: u32,
         edges: u32,
         events: u32,
-    ) -> Result<Layout, BadGeometry> {
-        let bad = |what: &str, v: u32, max: u64| {
-            Err(BadGeometry(format!(
-                "{what} is {v}; it must be between 1 and {max}"
-            )))
+    ) -> Result<Layout, GeometryError> {
+        let bad = |what: &'static str, v: u32, max: u64| {
+            Err(GeometryError::OutOfRange {
+                what,
+                value: v.into(),
+                max,
+            })
         };
         if slots == 0 || slots > MAX_SLOTS {
             return bad("the slot count", slots, MAX_SLOTS.into());
@@ -184,9 +288,10 @@ impl Layout {
         let stats_words = hists.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
         let bytes = (HEADER_WORDS + stats_words) as u64 * 8 + slots as u64 * slot_words as u64 * 8;
         if bytes > MAX_REGION_BYTES {
-            return Err(BadGeometry(format!(
-                "the region would be {bytes} bytes; at most {MAX_REGION_BYTES} are allowed"
-            )));
+            return Err(GeometryError::TooLarge {
+                bytes,
+                max: MAX_REGION_BYTES,
+            });
         }
         Ok(Layout {
             slots,

@@ -44,7 +44,8 @@
 //!
 //! - **Regions**: [`Recorder`] (the handle every process uses),
 //!   [`RegionBuilder`] (create), [`AttachOptions`] (attach),
-//!   [`default_dir`]; errors [`CreateError`], [`AttachError`].
+//!   [`default_dir`]; errors [`CreateError`], [`AttachError`] (and
+//!   [`GeometryError`] within them).
 //! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`], [`Edge`],
 //!   [`Event`], [`EventId`], [`Outcome`] (what every record call says).
 //! - **Reading**: [`Snapshot`], [`EdgeSegment`], [`Observed`],
@@ -103,7 +104,7 @@ mod token;
 mod word;
 
 pub use clock::{Clock, ClockIdentity, DISTRUST_COUNTER_ENV, monotonic_ns};
-pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+pub use layout::{BUCKETS_MS, GeometryError, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
 pub use recorder::{AttachOptions, Recorder, RegionBuilder};

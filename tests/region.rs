@@ -573,7 +573,10 @@ fn bad_creation_arguments_are_errors() {
         .create_in_memory()
         .unwrap_err();
     assert!(!e.to_string().contains('\u{1b}'), "escaped: {e}");
-    for e in [CreateError::NoEdges, CreateError::Geometry("x".into())] {
+    for e in [
+        CreateError::NoEdges,
+        CreateError::Geometry(edgemark::GeometryError::Flags(4)),
+    ] {
         assert!(!e.to_string().is_empty());
     }
 }

@@ -518,9 +518,9 @@ pub(crate) fn open_file(
         });
     }
     if len > MAX_REGION_BYTES || len % 8 != 0 {
-        return Err(AttachError::Geometry(format!(
-            "the file is {len} bytes, which no region geometry gives"
-        )));
+        return Err(AttachError::Geometry(
+            crate::layout::GeometryError::FileLength(len),
+        ));
     }
     let mapped = Mapped::new(file, len, access).map_err(io)?;
     let header = read_header(mapped.words(), len)?;
