@@ -372,10 +372,9 @@ impl Proto<'_> {
                 }
                 // Unlike a snapshot, which skips an entry whose word names
                 // another count, close hands over what it sealed, flagged.
-                let (values, corrupt) = Values::from_cells(&mut cells, events);
-                let misplaced = ew.is_none_or(|e| e.count != count);
-                let index = ew.map_or(0, |e| e.index);
-                into.segment(edge, index, SegmentRead::of(values, corrupt || misplaced));
+                let mut read = SegmentRead::of_cells(cells, events);
+                read.corrupt |= ew.is_none_or(|e| e.count != count);
+                into.segment(edge, ew.map_or(0, |e| e.index), read);
             }
             // Then every entry outside the window: a holder that died may
             // have laid cells there (begin's entry 0, or a start that never

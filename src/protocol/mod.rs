@@ -91,24 +91,13 @@ pub(crate) const INLINE_EVENTS: usize = 4;
 const _: () = assert!(INLINE_EVENTS <= MAX_EVENTS);
 
 impl Values {
-    /// The values of the first `len` of `cells`, one cell word per event
-    /// as read from the region, kept in place ([`CellWord::kept`]; the rest
-    /// of `cells` must be `NONE`); and whether a cell held bits edgemark
-    /// never writes. Fixed-size copies only: a copy of a length known at
-    /// run time is a call to `memcpy`.
+    /// Values holding the first `len` of `cells`, already kept
+    /// ([`CellWord::kept`]; the rest `NONE`). Fixed-size copies only: a copy
+    /// of a length known at run time is a call to `memcpy`.
     #[inline]
-    pub(crate) fn from_cells<const N: usize>(
-        cells: &mut [CellWord; N],
-        len: usize,
-    ) -> (Values, bool) {
+    fn from_kept<const N: usize>(cells: &[CellWord; N], len: usize) -> Values {
         let len = len.min(N).min(MAX_EVENTS);
-        let mut corrupt = false;
-        for cell in cells.iter_mut() {
-            let (kept, bad) = cell.kept();
-            *cell = kept;
-            corrupt |= bad;
-        }
-        let values = if N == INLINE_EVENTS {
+        if N == INLINE_EVENTS {
             let mut buf = [CellWord::NONE; INLINE_EVENTS];
             buf.copy_from_slice(&cells[..INLINE_EVENTS]);
             Values {
@@ -116,8 +105,7 @@ impl Values {
             }
         } else {
             Values::from_words(&cells[..len])
-        };
-        (values, corrupt)
+        }
     }
 
     /// Values holding `words` (at most `MAX_EVENTS`), built in one piece

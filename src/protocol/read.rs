@@ -40,13 +40,23 @@ pub(crate) struct SegmentRead {
 }
 
 impl SegmentRead {
-    /// The read of `values` (kept cells, as [`Values::from_cells`] gives
-    /// them), whose cells were corrupt or not.
+    /// The read of the first `len` of `cells` (one cell word per event as
+    /// read from the region, the rest `NONE`), kept ([`CellWord::kept`])
+    /// in one pass with their domains and whether one was corrupt. The one
+    /// decoding of cells that snapshots, sweeps and close share.
     #[inline]
-    pub(crate) fn of(values: Values, corrupt: bool) -> SegmentRead {
+    pub(crate) fn of_cells<const N: usize>(mut cells: [CellWord; N], len: usize) -> SegmentRead {
+        let mut corrupt = false;
+        let mut domains = 0;
+        for cell in &mut cells {
+            let (kept, bad) = cell.kept();
+            *cell = kept;
+            corrupt |= bad;
+            domains |= kept.domain_bit();
+        }
         SegmentRead {
-            domains: values.domains(),
-            values,
+            values: Values::from_kept(&cells, len),
+            domains,
             corrupt,
         }
     }
@@ -189,19 +199,17 @@ impl<'a> Proto<'a> {
                 // wait on the last one's length); into one of the inline
                 // size when the schema's events fit inline.
                 let read = if events <= INLINE_EVENTS {
-                    let mut cells = load_cells::<INLINE_EVENTS>(cells, events);
+                    let cells = load_cells::<INLINE_EVENTS>(cells, events);
                     if entry_word.load(Ordering::Relaxed) != before {
                         continue;
                     }
-                    let (values, corrupt) = Values::from_cells(&mut cells, events);
-                    SegmentRead::of(values, corrupt)
+                    SegmentRead::of_cells(cells, events)
                 } else {
-                    let mut cells = load_cells::<MAX_EVENTS>(cells, events);
+                    let cells = load_cells::<MAX_EVENTS>(cells, events);
                     if entry_word.load(Ordering::Relaxed) != before {
                         continue;
                     }
-                    let (values, corrupt) = Values::from_cells(&mut cells, events);
-                    SegmentRead::of(values, corrupt)
+                    SegmentRead::of_cells(cells, events)
                 };
                 into.segment(edge, ew.index, read);
             }
