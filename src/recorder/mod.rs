@@ -798,8 +798,17 @@ impl Recorder {
     /// Errors: what [`Recorder::check`] says before the sweep, or
     /// [`AttachError::Shrunk`] if the file was found shrunk during it.
     pub fn open_requests(&self) -> Result<Vec<Token>, AttachError> {
+        self.check()?;
+        self.open_requests_checked()
+    }
+
+    /// [`Recorder::open_requests`] for a caller that has just run
+    /// [`Recorder::check`] and runs it again after (the exporter's scrape):
+    /// the sweep still fails on a page lost during it, without a second
+    /// `fstat`.
+    pub(crate) fn open_requests_checked(&self) -> Result<Vec<Token>, AttachError> {
         let mut out = Vec::new();
-        if let Some(live) = self.live_for_sweep()? {
+        if let Some(live) = self.live() {
             live.sweep(|found| out.push(live.inner.token(found.req)))?;
         }
         Ok(out)
@@ -1100,7 +1109,14 @@ impl Recorder {
     /// Empty when disabled. Errors as [`Recorder::check`], before or after
     /// the histograms are read.
     pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
-        let Some(Live { inner, proto }) = self.live_for_sweep()? else {
+        self.check()?;
+        self.histograms_checked()
+    }
+
+    /// [`Recorder::histograms`] for a caller that runs [`Recorder::check`]
+    /// before and after ([`Recorder::open_requests_checked`]).
+    pub(crate) fn histograms_checked(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
+        let Some(Live { inner, proto }) = self.live() else {
             return Ok(Vec::new());
         };
         let h = report::histograms(
