@@ -35,8 +35,8 @@
 //! time-stamp-counter reads; see `docs/benchmarks.md`. Set
 //! `EDGEMARK_BENCH_P99=0` to skip that table.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hint::black_box;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -47,9 +47,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{marks, EDGES, MARKS_PER_REQUEST, ROLE};
-use criterion::{criterion_group, Criterion};
-use edgemark::{monotonic_ns, Clock, Mark, Outcome, Recorder, Token};
+use common::{EDGES, MARKS_PER_REQUEST, ROLE, marks};
+use criterion::{Criterion, criterion_group};
+use edgemark::{Clock, Mark, Outcome, Recorder, Token, monotonic_ns};
 
 /// The owner's socket path (child role `uds-owner`).
 const OWNER_SOCKET: &str = "EDGEMARK_BENCH_OWNER_SOCKET";
@@ -544,7 +544,9 @@ fn uncontended(c: &mut Criterion) {
 
     let counter = region_with(dir.path(), Clock::Counter);
     if counter.clock() != Some(Clock::Counter) {
-        eprintln!("record/edgemark_counter: the counter is not trusted here; the region uses the monotonic clock");
+        eprintln!(
+            "record/edgemark_counter: the counter is not trusted here; the region uses the monotonic clock"
+        );
     }
     g.bench_function("edgemark_counter", |b| {
         b.iter_custom(|iters| {
@@ -750,11 +752,7 @@ fn per_call<S>(
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Prints p50, p90, p99 and p99.9 of single calls of each benchmarked

@@ -32,9 +32,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{marks, MARKS_PER_REQUEST, ROLE};
-use criterion::{criterion_group, Criterion};
-use edgemark::{monotonic_ns, Outcome, Recorder, Token};
+use common::{MARKS_PER_REQUEST, ROLE, marks};
+use criterion::{Criterion, criterion_group};
+use edgemark::{Outcome, Recorder, Token, monotonic_ns};
 
 /// The region file a writer process attaches to.
 const REGION: &str = "EDGEMARK_BENCH_REGION";

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use edgemark::{Edge, Event, Mark, Outcome, Recorder, RequestState, Token};
 
 const SLOTS: u32 = 4096;

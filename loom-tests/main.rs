@@ -744,16 +744,16 @@ fn m6b_two_begins_race_a_close_on_two_slots() {
             && (a.is_ok() || b.is_ok())
     });
     assert_seen(NAME, &seen, "both begins succeeding", |o| {
-        o.1 .0.is_ok() && o.2 .0.is_ok()
+        o.1.0.is_ok() && o.2.0.is_ok()
     });
     assert_seen(
         NAME,
         &seen,
         "one begin refused while slot 0 was held",
-        |o| o.1 .0.is_err() || o.2 .0.is_err(),
+        |o| o.1.0.is_err() || o.2.0.is_err(),
     );
     assert_seen(NAME, &seen, "slot 0 reused with generation 2", |o| {
-        o.1 .0 == Ok((0, 2)) || o.2 .0 == Ok((0, 2))
+        o.1.0 == Ok((0, 2)) || o.2.0 == Ok((0, 2))
     });
 }
 
@@ -807,7 +807,7 @@ fn m7_sweeper_snapshots_a_reused_slot() {
     };
     assert_only(NAME, &seen, |found| {
         found.len() <= 1
-            && found.iter().all(|(gen, v)| match gen {
+            && found.iter().all(|(generation, v)| match generation {
                 1 => only(v, req1.clone()),
                 2 => only(v, req2.clone()),
                 _ => false,

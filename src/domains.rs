@@ -3,7 +3,7 @@
 //!
 //! A value word carries a 5-bit domain id; the id is the index of an entry in
 //! this table. The table lives in the region header (words
-//! [`H_DOMAIN_TABLE`] onwards), [`MAX_DOMAINS`] entries of five words each:
+//! [`H_DOMAIN_TABLE`] onwards, placed by [`crate::layout`]), [`MAX_DOMAINS`] entries of five words each:
 //!
 //! | word | content |
 //! |---|---|
@@ -37,16 +37,10 @@
 //! hostile process could write, is no name, and values in that domain are
 //! dropped as corrupt.
 
-use std::sync::{Arc, OnceLock};
-
-use crate::layout::{pack_name, unpack_name, NAME_WORDS};
-use crate::schema::{valid_name, DomainId, Schema, MAX_DOMAINS};
+use crate::layout::{DOMAIN_ENTRY_WORDS as ENTRY_WORDS, H_DOMAIN_TABLE};
+use crate::schema::{DomainId, MAX_DOMAINS, valid_name};
 use crate::sync::{AtomicU64, Ordering};
-
-/// First header word of the domain table.
-pub(crate) const H_DOMAIN_TABLE: usize = 256;
-/// Words per entry: the state and the name.
-pub(crate) const ENTRY_WORDS: usize = 1 + NAME_WORDS;
+use crate::word::{NAME_WORDS, pack_name, unpack_name};
 
 const KIND_SHIFT: u32 = 62;
 const HASH_MASK: u64 = (1 << KIND_SHIFT) - 1;
@@ -257,155 +251,6 @@ impl LoomTable {
     }
 }
 
-impl PartialEq for Catalog {
-    /// Segments of two snapshots are equal when their values and event names
-    /// are: their catalogs are views of the same table.
-    fn eq(&self, other: &Catalog) -> bool {
-        self.schema.events() == other.schema.events()
-    }
-}
-
-/// A process's view of a region's names: its schema and every domain name
-/// it has met, filled in as they are registered. Shared by the recorder and
-/// its snapshots (a name, once ready, never changes, so a snapshot's view of
-/// it is fixed).
-#[derive(Debug)]
-pub(crate) struct Catalog {
-    pub(crate) schema: Arc<Schema>,
-    /// The schema event that keeps a chunk sequence, if one does.
-    pub(crate) chunk_event: Option<usize>,
-    domains: [OnceLock<Known>; MAX_DOMAINS],
-    /// Bit `i` set once entry `i` of `domains` is: one load tells a
-    /// snapshot that all its values' domains are known. Set only after the
-    /// entry, and an unset bit only sends a reader to the entry itself, so
-    /// a stale read is merely slower. A process-local cache (the entries
-    /// hold the names), hence std's atomic, which loom need not model.
-    #[allow(clippy::disallowed_types)]
-    known: std::sync::atomic::AtomicU32,
-}
-
-/// A domain name this process has met, with its packed form, which
-/// [`Catalog::lookup`] compares.
-#[derive(Debug)]
-struct Known {
-    name: String,
-    packed: [u64; NAME_WORDS],
-}
-
-impl Known {
-    fn new(name: String) -> Known {
-        Known {
-            packed: pack_name(&name),
-            name,
-        }
-    }
-}
-
-impl Catalog {
-    /// A catalog knowing the schema's declared domains.
-    pub(crate) fn new(schema: Arc<Schema>) -> Catalog {
-        let domains: [OnceLock<Known>; MAX_DOMAINS] = std::array::from_fn(|_| OnceLock::new());
-        let mut known = 0u32;
-        for (i, (slot, name)) in domains.iter().zip(schema.domains()).enumerate() {
-            let _ = slot.set(Known::new(name.clone()));
-            known |= 1 << i;
-        }
-        #[allow(clippy::disallowed_types)]
-        let known = std::sync::atomic::AtomicU32::new(known);
-        Catalog {
-            chunk_event: schema.events().iter().position(|e| e.keeps_chunk_seq()),
-            schema,
-            domains,
-            known,
-        }
-    }
-
-    /// Bit `i` set: this process has met domain `i` (see `known`).
-    #[inline]
-    pub(crate) fn known_mask(&self) -> u32 {
-        // Relaxed: a hint; see the field.
-        self.known.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn mark_known(&self, id: DomainId) {
-        // Relaxed: after the entry was set by this thread or seen set; see
-        // the field.
-        self.known
-            .fetch_or(1 << (id.0 & 31), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// The name of domain `id`, if this process has met it.
-    pub(crate) fn name(&self, id: DomainId) -> Option<&str> {
-        self.domains
-            .get(usize::from(id.0))?
-            .get()
-            .map(|k| k.name.as_str())
-    }
-
-    /// The id of `name` if this process has met it (declared, registered or
-    /// read from the table), without touching the region: the name is
-    /// packed once and compared as four words (and a length, so that
-    /// trailing NULs cannot pass for padding) with each known name.
-    #[inline]
-    pub(crate) fn lookup(&self, name: &str) -> Option<DomainId> {
-        if name.is_empty() || name.len() > NAME_WORDS * 8 {
-            return None;
-        }
-        let packed = pack_name(name);
-        self.domains
-            .iter()
-            .position(|d| {
-                d.get()
-                    .is_some_and(|k| k.packed == packed && k.name.len() == name.len())
-            })
-            .map(|i| DomainId(i as u8))
-    }
-
-    /// Whether `id` names a domain, reading the region's table for an id not
-    /// met before.
-    pub(crate) fn knows(&self, words: &[AtomicU64], id: DomainId) -> bool {
-        let Some(slot) = self.domains.get(usize::from(id.0)) else {
-            return false;
-        };
-        if slot.get().is_some() {
-            self.mark_known(id);
-            return true;
-        }
-        match read(words, usize::from(id.0)) {
-            Some(name) => {
-                let _ = slot.set(Known::new(name));
-                self.mark_known(id);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The id of the domain called `name`, registering it in the region if
-    /// no process has yet.
-    pub(crate) fn resolve(
-        &self,
-        words: &[AtomicU64],
-        name: &str,
-    ) -> Result<DomainId, RegisterError> {
-        if let Some(id) = self.lookup(name) {
-            return Ok(id);
-        }
-        let id = register(words, name)?;
-        let _ = self.domains[usize::from(id.0)].set(Known::new(name.to_owned()));
-        self.mark_known(id);
-        Ok(id)
-    }
-
-    /// Every domain name of the region, in id order (reads the table).
-    pub(crate) fn all(&self, words: &[AtomicU64]) -> Vec<String> {
-        (0..MAX_DOMAINS as u8)
-            .filter(|&i| self.knows(words, DomainId(i)))
-            .filter_map(|i| self.name(DomainId(i)).map(str::to_owned))
-            .collect()
-    }
-}
-
 #[cfg(all(test, not(edgemark_loom)))]
 mod tests {
     use super::*;
@@ -428,28 +273,6 @@ mod tests {
         assert_eq!(register(w, "sender"), Ok(DomainId(1)));
         assert_eq!(read(w, 2).as_deref(), Some("receiver"));
         assert_eq!(read(w, 3), None);
-    }
-
-    #[test]
-    fn the_catalog_finds_met_names_by_their_packed_words_only() {
-        let heap = table();
-        let w = heap.words();
-        let schema = Arc::new(Schema::stream_edges());
-        let names = Catalog::new(Arc::clone(&schema));
-        assert_eq!(names.lookup("host_monotonic"), Some(DomainId(0)));
-        assert_eq!(names.lookup("sender"), None, "not met yet");
-        assert_eq!(names.resolve(w, "sender"), Ok(DomainId(1)));
-        assert_eq!(names.lookup("sender"), Some(DomainId(1)));
-        // Same packed words, other lengths or bytes: never a match.
-        assert_eq!(names.lookup("sender\0"), None);
-        assert_eq!(names.lookup("sende"), None);
-        assert_eq!(names.lookup(""), None);
-        assert_eq!(names.lookup(&"x".repeat(33)), None);
-        // A name another process registered is met through the table.
-        assert_eq!(register(w, "receiver"), Ok(DomainId(2)));
-        assert_eq!(names.lookup("receiver"), None);
-        assert!(names.knows(w, DomainId(2)));
-        assert_eq!(names.lookup("receiver"), Some(DomainId(2)));
     }
 
     #[test]

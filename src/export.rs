@@ -38,9 +38,9 @@ use std::collections::HashSet;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::Recorder;
@@ -135,9 +135,11 @@ impl Collector for RegionCollector {
         // Everything the scrape shows is read first: a region whose file was
         // shrunk, before or while it is read (`docs/design.md`, "A file
         // shrunk under a mapping"), shows nothing but `edgemark_region_ok 0`.
+        // Two `fstat`s per scrape: the check before and the one after; the
+        // reads between fail on a page lost while they run.
         let read = rec.check().and_then(|()| {
-            let hists = rec.histograms()?;
-            let open = rec.open_requests()?.len() as i64;
+            let hists = rec.histograms_checked()?;
+            let open = rec.open_requests_checked()?.len() as i64;
             let counters = rec.counters();
             rec.check().map(|()| (hists, open, counters))
         });

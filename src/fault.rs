@@ -29,10 +29,10 @@
 
 // The handler's table is this process's own state, read inside a signal
 // handler; it is never in a region and never modelled by loom (the module is
-// not built under it), so it uses core's atomics, not the `sync` facade.
-#![allow(clippy::disallowed_types)]
-
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+// not built under it), so it uses the facade's process-local atomics
+// (`core`'s, lock-free and signal-safe).
+use crate::sync::Ordering;
+use crate::sync::local::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize};
 use std::sync::Once;
 
 /// How many mappings one process can have guarded at once. A mapping beyond
@@ -94,10 +94,105 @@ static INSTALL: Once = Once::new();
 /// handler makes no library call to learn it).
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
 
-/// A registration of one mapping with the `SIGBUS` handler; dropping it
-/// unregisters the mapping, which must happen before the mapping is unmapped.
+/// A shared mapping of a whole file together with its registration with the
+/// `SIGBUS` handler and the file itself: the one owner of the three, so that
+/// the order the handler's soundness needs is kept here, not by field order
+/// elsewhere. The guard is dropped (the range unregistered) before the
+/// mapping is unmapped, and the file, whose descriptor the handler may
+/// `fstat`, stays open while the guard lives.
+///
+/// Mapping a file installs, on the first call in a process, a
+/// **process-wide** `SIGBUS` handler that stays installed for the life of
+/// the process and chains every fault outside edgemark's mappings to the
+/// action it replaced (see the module docs and `docs/limitations.md`).
+///
+/// # Safety
+///
+/// Other processes write the mapped memory at any time, and may shrink the
+/// file. This type hands out only the mapping's address and length, never a
+/// reference into it.
 #[derive(Debug)]
-pub(crate) struct Guard {
+pub(crate) struct GuardedMap {
+    /// `None` when the handler's table was full or the handler could not be
+    /// installed: the mapping then works unguarded.
+    guard: Option<Guard>,
+    map: memmap2::MmapRaw,
+    /// Open for at least the guard's lifetime (the handler `fstat`s it).
+    file: std::fs::File,
+}
+
+impl GuardedMap {
+    /// Maps the first `len` bytes of `file`, writable or read-only, and
+    /// registers the mapping with the handler.
+    pub(crate) fn new(file: std::fs::File, len: usize, writable: bool) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let mut opts = memmap2::MmapOptions::new();
+        opts.len(len);
+        // Fill the page tables now when every page of the file already
+        // exists (a region whose space was reserved, the default): no
+        // memory is added, and no later record or poll pays a first-touch
+        // page fault (5-20 us each on the virtualised benchmark machine; see
+        // `docs/benchmarks.md`, "Visibility"). A sparse region's holes are
+        // left alone: on a memory-backed file system even a read fault
+        // allocates the page.
+        use std::os::unix::fs::MetadataExt;
+        if file.metadata()?.blocks().saturating_mul(512) >= len as u64 {
+            opts.populate();
+        }
+        let map = if writable {
+            opts.map_raw(&file)?
+        } else {
+            opts.map_raw_read_only(&file)?
+        };
+        // `file` is kept in `self` until after the guard is dropped (see
+        // `Drop`), as `register` requires.
+        let guard = register(map.as_mut_ptr(), map.len(), writable, file.as_raw_fd());
+        Ok(GuardedMap { guard, map, file })
+    }
+
+    /// The start of the mapping (page-aligned).
+    #[inline]
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// The mapping's length in bytes.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The mapped file.
+    pub(crate) fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+
+    /// Whether an access lost a page of the mapping ([`Guard::faulted`]);
+    /// never for an unguarded mapping.
+    #[inline]
+    pub(crate) fn faulted(&self) -> bool {
+        self.guard.as_ref().is_some_and(Guard::faulted)
+    }
+
+    /// Why the first lost page was lost, if one was ([`Guard::fault`]).
+    pub(crate) fn fault(&self) -> Option<Fault> {
+        self.guard.as_ref()?.fault()
+    }
+}
+
+impl Drop for GuardedMap {
+    fn drop(&mut self) {
+        // Unregister first: the fields (the mapping, then the file) are
+        // dropped after this body, whatever their order.
+        drop(self.guard.take());
+    }
+}
+
+/// A registration of one mapping with the `SIGBUS` handler; dropping it
+/// unregisters the mapping, which must happen before the mapping is
+/// unmapped ([`GuardedMap`] owns both and sees to it).
+#[derive(Debug)]
+struct Guard {
     index: usize,
 }
 
@@ -107,7 +202,7 @@ pub(crate) struct Guard {
 /// stay open while the guard lives. Installs the handler on first use.
 /// Returns `None` when the table is full or the handler could not be
 /// installed: the mapping then works as before, unguarded.
-pub(crate) fn register(ptr: *mut u8, len: usize, writable: bool, fd: i32) -> Option<Guard> {
+fn register(ptr: *mut u8, len: usize, writable: bool, fd: i32) -> Option<Guard> {
     let start = ptr as usize;
     if start == 0 || len == 0 || !install() {
         return None;
@@ -139,7 +234,7 @@ impl Guard {
     /// not back it (it had shrunk, or had no space for it). Once set, it
     /// stays set for the mapping's lifetime.
     #[inline]
-    pub(crate) fn faulted(&self) -> bool {
+    fn faulted(&self) -> bool {
         // Relaxed: a flag read on its own. When the fault happened in this
         // thread, program order makes it visible (the handler ran in this
         // thread, between two of its instructions); a fault in another
@@ -148,7 +243,7 @@ impl Guard {
     }
 
     /// Why the first page of this mapping was replaced, if one was.
-    pub(crate) fn fault(&self) -> Option<Fault> {
+    fn fault(&self) -> Option<Fault> {
         // Relaxed: as in `faulted`; the value is written once.
         match TABLE[self.index].faulted.load(Ordering::Relaxed) {
             0 => None,
@@ -215,6 +310,10 @@ fn install() -> bool {
 /// call; not on POSIX's list, but on Linux a direct call with no lock),
 /// `sigaction` and `raise`, nothing that allocates or locks.
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // The interrupted code may be between a system call and its read of
+    // `errno`; the `mmap` and `fstat` below may set it. Restored on every
+    // return, chained or not.
+    let _errno = SavedErrno::save();
     // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO
     // handler; `si_addr` is the faulting address for a fault it raised.
     let addr = unsafe { (*info).si_addr() } as usize;
@@ -273,6 +372,25 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         }
     }
     chain(sig, info, ctx);
+}
+
+/// The calling thread's `errno`, restored when dropped: a signal handler
+/// must leave it as it found it.
+struct SavedErrno(libc::c_int);
+
+impl SavedErrno {
+    fn save() -> SavedErrno {
+        // SAFETY: `__errno_location` returns the calling thread's `errno`,
+        // valid for the thread's lifetime; reading it is async-signal-safe.
+        SavedErrno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for SavedErrno {
+    fn drop(&mut self) {
+        // SAFETY: as in `save`; this thread's own `errno`.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
 }
 
 /// Why the page at byte `offset` of a mapping of the file `fd` (mapped
@@ -348,10 +466,10 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::os::fd::AsRawFd;
 
     /// A file shrunk under a guarded mapping: reads past the new end see
-    /// zeros, writes land nowhere, and the guard reports the fault.
+    /// zeros, writes land nowhere, the mapping reports the fault, and the
+    /// interrupted thread's `errno` is as it was.
     #[test]
     fn a_shrunk_file_costs_a_page_not_the_process() {
         let dir = tempfile::tempdir().unwrap();
@@ -363,12 +481,13 @@ mod tests {
             .open(&path)
             .unwrap();
         f.write_all(&[7u8; 65536]).unwrap();
-        let map = memmap2::MmapOptions::new().len(65536).map_raw(&f).unwrap();
-        let guard =
-            register(map.as_mut_ptr(), map.len(), true, f.as_raw_fd()).expect("a free entry");
-        assert!(!guard.faulted());
+        let map = GuardedMap::new(f.try_clone().unwrap(), 65536, true).unwrap();
+        assert!(map.guard.is_some(), "a free entry");
+        assert!(!map.faulted());
         f.set_len(4096).unwrap();
         let p = map.as_mut_ptr();
+        // SAFETY: this thread's own errno.
+        unsafe { *libc::__errno_location() = libc::EINTR };
         // SAFETY: `p + 8192` lies inside the mapping; the file no longer
         // covers it, which is what the guard is for.
         let (before, after) = unsafe {
@@ -377,14 +496,16 @@ mod tests {
             std::ptr::write_volatile(q, 42);
             (before, std::ptr::read_volatile(q))
         };
+        // SAFETY: as above.
+        let errno = unsafe { *libc::__errno_location() };
+        assert_eq!(errno, libc::EINTR, "the handler restores errno");
         assert_eq!(before, 0, "a replaced page reads as zeros");
         assert_eq!(after, 42, "and takes writes, which reach no file");
-        assert!(guard.faulted());
-        assert_eq!(guard.fault(), Some(Fault::Shrunk));
+        assert!(map.faulted());
+        assert_eq!(map.fault(), Some(Fault::Shrunk));
         // The part the file still covers is still the file.
         // SAFETY: inside the mapping and the file.
         assert_eq!(unsafe { std::ptr::read_volatile(p) }, 7);
-        drop(guard);
         drop(map);
     }
 

@@ -4,7 +4,7 @@
 //! then `slots` slots of `slot_stride` bytes each. All offsets below are in
 //! words unless a name says bytes. `docs/design.md` draws the same map.
 
-use crate::word::MAX_COUNT;
+use crate::word::{MAX_COUNT, MAX_DOMAINS, NAME_WORDS};
 
 /// Bytes in the header; slots begin here.
 pub(crate) const HEADER_BYTES: usize = 4096;
@@ -58,13 +58,16 @@ pub(crate) const H_RECLAIMED: usize = 57;
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
 pub const MAX_EDGES: usize = 64;
-/// Words of a name: 32 bytes of NUL-padded UTF-8. The clock-domain table,
-/// which processes write at run time, is at
-/// [`H_DOMAIN_TABLE`](crate::domains::H_DOMAIN_TABLE) (see `domains.rs`).
-pub(crate) const NAME_WORDS: usize = 4;
+/// Most events a schema holds (its event table's size).
+pub(crate) const MAX_EVENTS: usize = 16;
 /// Event table: four name words and one word `domain | keeps_chunk << 8`.
 pub(crate) const H_EVENT_TABLE: usize = 160;
 pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
+/// The clock-domain table, which processes write at run time
+/// (`domains.rs`): [`MAX_DOMAINS`] entries of a state word and the name.
+pub(crate) const H_DOMAIN_TABLE: usize = 256;
+/// Words per entry of the clock-domain table: the state and the name.
+pub(crate) const DOMAIN_ENTRY_WORDS: usize = 1 + NAME_WORDS;
 
 /// Most slots a region can have.
 pub const MAX_SLOTS: u32 = 1 << 20;
@@ -90,8 +93,40 @@ pub const BUCKETS_MS: [f64; 15] = [
     30000.0,
 ];
 /// Words of one histogram: a count per bucket (the last one unbounded), the
-/// sum in microseconds, the count.
-pub(crate) const HIST_WORDS: usize = BUCKETS_MS.len() + 3;
+/// sum in microseconds, the count ([`HistWords`]).
+const HIST_WORDS: usize = BUCKETS_MS.len() + 3;
+
+/// Where the words of one histogram live: [`HIST_WORDS`] words from its
+/// first, a count per bucket of [`BUCKETS_MS`] and one for the values above
+/// the last bound, then the sum in microseconds, then the count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HistWords {
+    first: usize,
+}
+
+impl HistWords {
+    /// Buckets of a histogram: one per bound of [`BUCKETS_MS`], then the rest.
+    pub(crate) const BUCKETS: usize = BUCKETS_MS.len() + 1;
+
+    /// The count of bucket `i` (below [`HistWords::BUCKETS`]).
+    #[inline]
+    pub(crate) fn bucket(self, i: usize) -> usize {
+        debug_assert!(i < Self::BUCKETS);
+        self.first + i
+    }
+    /// The sum of the values, in microseconds.
+    #[inline]
+    pub(crate) fn sum_us(self) -> usize {
+        self.first + Self::BUCKETS
+    }
+    /// The number of values.
+    #[inline]
+    pub(crate) fn count(self) -> usize {
+        self.first + Self::BUCKETS + 1
+    }
+}
+
+const _: () = assert!(HistWords::BUCKETS + 2 == HIST_WORDS);
 
 /// The validated geometry of a region, and the arithmetic of its offsets.
 ///
@@ -112,9 +147,111 @@ pub(crate) struct Layout {
     pub(crate) total_words: usize,
 }
 
-/// A geometry outside what a region can hold.
+/// What is wrong with a region's geometry or with another header field: the
+/// payload of [`CreateError::Geometry`](crate::CreateError::Geometry) and
+/// [`AttachError::Geometry`](crate::AttachError::Geometry).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct BadGeometry(pub(crate) String);
+#[non_exhaustive]
+pub enum GeometryError {
+    /// A count (`what`: slots, kept segments, edges, events, declared
+    /// clock domains) outside `1..=max`.
+    OutOfRange {
+        /// Which count.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The largest it may be.
+        max: u64,
+    },
+    /// A count in the header that does not even fit its 32-bit field.
+    Oversized {
+        /// Which count.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// The region would be larger than this build creates or attaches.
+    TooLarge {
+        /// Its size in bytes.
+        bytes: u64,
+        /// The largest size allowed, in bytes.
+        max: u64,
+    },
+    /// A header field disagrees with what the geometry gives.
+    Mismatch {
+        /// Which field.
+        what: &'static str,
+        /// Its value.
+        found: u64,
+        /// What the geometry gives.
+        expected: u64,
+    },
+    /// A file length that no geometry gives.
+    FileLength(u64),
+    /// An event table entry with flags edgemark never writes.
+    EventFlags {
+        /// The event's index.
+        event: usize,
+        /// Its flag word.
+        flags: u64,
+    },
+    /// An edge table entry that is a self-loop or a duplicate.
+    Edge {
+        /// The entry's index.
+        index: usize,
+        /// The edge it holds.
+        edge: crate::Edge,
+    },
+    /// Header flags edgemark never writes.
+    Flags(u64),
+    /// A clock kind this build does not know.
+    ClockKind(u64),
+    /// A counter rate that the region's clock kind cannot have.
+    CounterRate {
+        /// The region's clock kind.
+        clock: crate::Clock,
+        /// The rate word.
+        rate: u64,
+    },
+}
+
+impl std::fmt::Display for GeometryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GeometryError::Oversized { what, value } => write!(f, "{what} is {value}"),
+            GeometryError::OutOfRange { what, value, max } => {
+                write!(f, "{what} is {value}; it must be between 1 and {max}")
+            }
+            GeometryError::TooLarge { bytes, max } => {
+                write!(
+                    f,
+                    "the region would be {bytes} bytes; at most {max} are allowed"
+                )
+            }
+            GeometryError::Mismatch {
+                what,
+                found,
+                expected,
+            } => write!(f, "{what} is {found} but the geometry gives {expected}"),
+            GeometryError::FileLength(len) => {
+                write!(f, "the file is {len} bytes, which no region geometry gives")
+            }
+            GeometryError::EventFlags { event, flags } => {
+                write!(f, "event #{event} has unknown flags {flags:#x}")
+            }
+            GeometryError::Edge { index, edge } => {
+                write!(f, "edge #{index} ({edge}) is a self-loop or a duplicate")
+            }
+            GeometryError::Flags(flags) => write!(f, "unknown flags {flags:#x}"),
+            GeometryError::ClockKind(k) => write!(f, "unknown clock kind {k}"),
+            GeometryError::CounterRate { clock, rate } => {
+                write!(f, "a {clock} region cannot have the counter rate {rate}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GeometryError {}
 
 impl Layout {
     pub(crate) fn new(
@@ -122,11 +259,13 @@ impl Layout {
         segments: u32,
         edges: u32,
         events: u32,
-    ) -> Result<Layout, BadGeometry> {
-        let bad = |what: &str, v: u32, max: u64| {
-            Err(BadGeometry(format!(
-                "{what} is {v}; it must be between 1 and {max}"
-            )))
+    ) -> Result<Layout, GeometryError> {
+        let bad = |what: &'static str, v: u32, max: u64| {
+            Err(GeometryError::OutOfRange {
+                what,
+                value: v.into(),
+                max,
+            })
         };
         if slots == 0 || slots > MAX_SLOTS {
             return bad("the slot count", slots, MAX_SLOTS.into());
@@ -137,8 +276,8 @@ impl Layout {
         if edges == 0 || edges as usize > MAX_EDGES {
             return bad("the edge count", edges, MAX_EDGES as u64);
         }
-        if events == 0 || events as usize > crate::schema::MAX_EVENTS {
-            return bad("the event count", events, crate::schema::MAX_EVENTS as u64);
+        if events == 0 || events as usize > MAX_EVENTS {
+            return bad("the event count", events, MAX_EVENTS as u64);
         }
         let (e, k, n) = (edges as usize, segments as usize, events as usize);
         let raw = S_SEG + e + e * k * (1 + n);
@@ -149,9 +288,10 @@ impl Layout {
         let stats_words = hists.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
         let bytes = (HEADER_WORDS + stats_words) as u64 * 8 + slots as u64 * slot_words as u64 * 8;
         if bytes > MAX_REGION_BYTES {
-            return Err(BadGeometry(format!(
-                "the region would be {bytes} bytes; at most {MAX_REGION_BYTES} are allowed"
-            )));
+            return Err(GeometryError::TooLarge {
+                bytes,
+                max: MAX_REGION_BYTES,
+            });
         }
         Ok(Layout {
             slots,
@@ -176,10 +316,12 @@ impl Layout {
         2 * self.events as usize - 1
     }
 
-    /// The first word of histogram `metric` of `edge`.
+    /// The words of histogram `metric` of `edge`.
     #[inline]
-    pub(crate) fn hist(&self, edge: usize, metric: usize) -> usize {
-        HEADER_WORDS + (edge * self.hists_per_edge() + metric) * HIST_WORDS
+    pub(crate) fn hist(&self, edge: usize, metric: usize) -> HistWords {
+        HistWords {
+            first: HEADER_WORDS + (edge * self.hists_per_edge() + metric) * HIST_WORDS,
+        }
     }
 
     /// The region's size in bytes: `4096 + stats + slots * slot_stride`.
@@ -257,39 +399,9 @@ impl Layout {
 const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
 const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
-const _: () = assert!(
-    H_EVENT_TABLE + crate::schema::MAX_EVENTS * EVENT_WORDS <= crate::domains::H_DOMAIN_TABLE
-);
-const _: () = assert!(
-    crate::domains::H_DOMAIN_TABLE + crate::schema::MAX_DOMAINS * crate::domains::ENTRY_WORDS
-        <= HEADER_WORDS
-);
+const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);
+const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= HEADER_WORDS);
 const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
-
-/// Packs a name into four words of NUL-padded UTF-8.
-pub(crate) fn pack_name(name: &str) -> [u64; NAME_WORDS] {
-    let mut bytes = [0u8; NAME_WORDS * 8];
-    bytes[..name.len()].copy_from_slice(name.as_bytes());
-    let mut out = [0u64; NAME_WORDS];
-    for (i, w) in out.iter_mut().enumerate() {
-        *w = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    }
-    out
-}
-
-/// Unpacks a name; `None` unless it is 1..=32 bytes of UTF-8 followed only
-/// by NUL padding.
-pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
-    let mut bytes = [0u8; NAME_WORDS * 8];
-    for (i, w) in words.iter().enumerate() {
-        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    if len == 0 || bytes[len..].iter().any(|&b| b != 0) {
-        return None;
-    }
-    String::from_utf8(bytes[..len].to_vec()).ok()
-}
 
 #[cfg(test)]
 mod tests {
@@ -304,7 +416,8 @@ mod tests {
         // 2 edges * 7 histograms * 18 words = 252, padded to 256 words.
         assert_eq!(l.slots_offset_bytes(), 4096 + 2048);
         assert_eq!(l.bytes(), 4096 + 2048 + 4096 * 384);
-        assert!(l.hist(1, 6) + HIST_WORDS <= HEADER_WORDS + l.stats_words);
+        assert!(l.hist(1, 6).count() < HEADER_WORDS + l.stats_words);
+        assert_eq!(l.hist(1, 0).bucket(0), l.hist(0, 6).count() + 1);
         assert_eq!(l.slot_stride_bytes() % 128, 0);
         let last = l.cell(4095, 1, 3, 3);
         assert!(last < l.total_words);
@@ -330,15 +443,5 @@ mod tests {
         assert!(Layout::new(1, 4, 65, 4).is_err());
         assert!(Layout::new(1, 4, 2, 17).is_err());
         assert!(Layout::new(MAX_SLOTS, 64, 64, 16).is_err());
-    }
-
-    #[test]
-    fn names_round_trip_and_garbage_is_refused() {
-        assert_eq!(unpack_name(pack_name("sender")).as_deref(), Some("sender"));
-        let long = "x".repeat(32);
-        assert_eq!(unpack_name(pack_name(&long)), Some(long));
-        assert_eq!(unpack_name([0; 4]), None);
-        assert_eq!(unpack_name([0x00ff, 0, 0, 0]), None);
-        assert_eq!(unpack_name([0x41 | (0x41 << 16), 0, 0, 0]), None);
     }
 }

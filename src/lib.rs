@@ -40,11 +40,34 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The layers, bottom up: [`word`](crate) encodings and the layout, the
-//! clock, names (schema, edges and marks), the reports and processes, the
-//! protocol over a slice of atomics (`docs/design.md` states it in full),
-//! the region (create, attach, validate, map), and this crate's public
-//! types (the recorder and snapshots).
+//! ## The API by category
+//!
+//! - **Regions**: [`Recorder`] (the handle every process uses),
+//!   [`RegionBuilder`] (create), [`AttachOptions`] (attach),
+//!   [`default_dir`]; errors [`CreateError`], [`AttachError`] (and
+//!   [`GeometryError`] within them).
+//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`], [`Edge`],
+//!   [`Event`], [`EventId`], [`Outcome`] (what every record call says).
+//! - **Reading**: [`Snapshot`], [`EdgeSegment`], [`Observed`],
+//!   [`RequestState`].
+//! - **Schemas**: [`Schema`], [`EventSpec`], [`DomainId`],
+//!   [`HOST_MONOTONIC`], [`SchemaError`].
+//! - **Clocks**: [`Clock`], [`ClockIdentity`], [`monotonic_ns`],
+//!   [`DISTRUST_COUNTER_ENV`].
+//! - **Reports**: [`RegionInfo`], [`Counters`], [`EdgeHistogram`],
+//!   [`Histogram`], [`BUCKETS_MS`], [`ReclaimReport`], [`Owner`],
+//!   [`PidsUnjudged`]; the Prometheus text in `export` (feature
+//!   `prometheus`).
+//! - **Limits**: [`MAX_SLOTS`], [`MAX_SEGMENTS`], [`MAX_EDGES`],
+//!   [`MAX_EVENTS`], [`MAX_DOMAINS`], [`MAX_NAME_LEN`], [`MAX_ELAPSED_MS`],
+//!   [`MAX_CHUNK_SEQ`].
+//!
+//! The layers, bottom up: word encodings and the layout, the atomics
+//! facade, the clock, names (schema, edges and marks), the clock-domain
+//! table, the reports and processes, the protocol over a slice of atomics
+//! (`docs/design.md` states it in full, with its layer table), the region
+//! (create, attach, validate, map), and this crate's public types (the
+//! recorder and snapshots).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 // Under loom only the heap-backed protocol is built; the file layer is out.
@@ -56,6 +79,7 @@
     rust_2018_idioms
 )]
 
+mod catalog;
 mod clock;
 mod domains;
 #[cfg(not(edgemark_loom))]
@@ -79,8 +103,8 @@ mod sync;
 mod token;
 mod word;
 
-pub use clock::{monotonic_ns, Clock, ClockIdentity, DISTRUST_COUNTER_ENV};
-pub use layout::{BUCKETS_MS, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+pub use clock::{Clock, ClockIdentity, DISTRUST_COUNTER_ENV, monotonic_ns};
+pub use layout::{BUCKETS_MS, GeometryError, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
 pub use recorder::{AttachOptions, Recorder, RegionBuilder};
@@ -89,10 +113,10 @@ pub use report::{
     Counters, EdgeHistogram, Histogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
 };
 pub use schema::{
-    DomainId, Event, EventId, EventSpec, Schema, SchemaError, HOST_MONOTONIC, MAX_DOMAINS,
-    MAX_EVENTS, MAX_NAME_LEN,
+    DomainId, Event, EventId, EventSpec, HOST_MONOTONIC, MAX_DOMAINS, MAX_EVENTS, MAX_NAME_LEN,
+    Schema, SchemaError,
 };
-pub use snapshot::{elapsed_between, EdgeSegment, Observed, RequestState, Snapshot};
+pub use snapshot::{EdgeSegment, Observed, RequestState, Snapshot};
 pub use token::{ParseTokenError, Token};
 
 /// The longest elapsed time a value holds, in milliseconds (about 38.2

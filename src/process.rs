@@ -15,10 +15,11 @@ use crate::report::Owner;
 ///
 /// Cached per process in two atomics, not behind a lock: a child forked
 /// while another thread was here must not inherit a held lock. The cache is
-/// process-local, not region state, hence std's atomics.
-#[allow(clippy::disallowed_types)]
+/// process-local, not region state, hence the facade's process-local
+/// atomics.
 pub(crate) fn owner_identity() -> Owner {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use crate::sync::Ordering;
+    use crate::sync::local::AtomicU64;
     static PID: AtomicU64 = AtomicU64::new(0);
     static START: AtomicU64 = AtomicU64::new(0);
     let pid = u64::from(std::process::id());

@@ -13,7 +13,7 @@
 //! Nothing here runs on the record path.
 
 use crate::clock::ClockIdentity;
-use crate::layout::{Layout, BUCKETS_MS, HIST_WORDS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED};
+use crate::layout::{BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, HistWords, Layout};
 use crate::mark::Edge;
 use crate::outcome::Outcome;
 use crate::schema::Schema;
@@ -21,6 +21,7 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// The geometry and identity of a region, as its header declares them.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RegionInfo {
     /// The region's random ID (tokens carry it).
     pub region_id: u64,
@@ -98,6 +99,7 @@ impl std::fmt::Display for PidsUnjudged {
 /// The identity of a process that began a request: its pid and its start
 /// time, which tells a reused pid from the original.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Owner {
     /// The process ID.
     pub pid: u64,
@@ -108,6 +110,7 @@ pub struct Owner {
 
 /// What [`Recorder::reclaim_dead_owners`](crate::Recorder::reclaim_dead_owners) freed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReclaimReport {
     /// Open requests whose owner process is gone.
     pub dead_owners: u32,
@@ -134,6 +137,7 @@ impl ReclaimReport {
 /// The region's counters: refused records by reason, dropped segments,
 /// closed and reclaimed requests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Counters {
     /// Count of each counted refusal, in [`Outcome::COUNTED`] order.
     pub refused: Vec<(Outcome, u64)>,
@@ -148,6 +152,7 @@ pub struct Counters {
 /// One histogram of a region's closed requests: an edge, and an event or a
 /// delta between two consecutive events.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct EdgeHistogram {
     /// The edge.
     pub edge: Edge,
@@ -162,6 +167,7 @@ pub struct EdgeHistogram {
 /// One histogram as read from a region: counts per bucket (not cumulative),
 /// sum and count.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Histogram {
     /// Count of values in each bucket of [`crate::BUCKETS_MS`], then of the
     /// values above the last bound.
@@ -173,6 +179,16 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// A histogram of these bucket counts (one per bound of
+    /// [`crate::BUCKETS_MS`], then the rest), sum in milliseconds and count.
+    pub fn new(buckets: Vec<u64>, sum_ms: f64, count: u64) -> Histogram {
+        Histogram {
+            buckets,
+            sum_ms,
+            count,
+        }
+    }
+
     /// `(upper bound in ms, cumulative count)` pairs, ending with
     /// `(+inf, count)`: the form Prometheus expects.
     pub fn cumulative(&self) -> Vec<(f64, u64)> {
@@ -192,23 +208,23 @@ impl Histogram {
 
 /// Reads histogram `metric` of `edge`.
 fn read_histogram(words: &[AtomicU64], l: &Layout, edge: usize, metric: usize) -> Histogram {
-    let base = l.hist(edge, metric);
+    let h = l.hist(edge, metric);
     // Relaxed: statistics; see `Proto::observe`, which adds to them.
-    let get = |i: usize| words[base + i].load(Ordering::Relaxed);
+    let get = |i: usize| words[i].load(Ordering::Relaxed);
     // Counts written by another process may be garbage: clamp them so that
     // no reader summing the buckets can overflow.
     let mut total = 0u64;
-    let buckets = (0..=BUCKETS_MS.len())
+    let buckets = (0..HistWords::BUCKETS)
         .map(|i| {
-            let v = get(i).min(u64::MAX - total);
+            let v = get(h.bucket(i)).min(u64::MAX - total);
             total += v;
             v
         })
         .collect();
     Histogram {
         buckets,
-        sum_ms: get(BUCKETS_MS.len() + 1) as f64 / 1000.0,
-        count: get(HIST_WORDS - 1),
+        sum_ms: get(h.sum_us()) as f64 / 1000.0,
+        count: get(h.count()),
     }
 }
 

@@ -3,9 +3,9 @@
 use std::fmt;
 
 /// Longest event or clock-domain name, in bytes of UTF-8.
-pub const MAX_NAME_LEN: usize = 32;
+pub const MAX_NAME_LEN: usize = crate::word::NAME_BYTES;
 /// Most events a schema can declare.
-pub const MAX_EVENTS: usize = 16;
+pub const MAX_EVENTS: usize = crate::layout::MAX_EVENTS;
 /// Most clock domains a region holds, declared at creation and registered at
 /// run time together (the shared clock included).
 pub const MAX_DOMAINS: usize = crate::word::MAX_DOMAINS;

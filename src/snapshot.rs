@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use smallvec::SmallVec;
 
-use crate::domains::Catalog;
+use crate::catalog::Catalog;
 use crate::mark::Edge;
-use crate::protocol::{RawSnapshot, ReadInto, SegmentRead, Values};
+use crate::protocol::{ReadInto, SegmentRead, Values};
 use crate::schema::{DomainId, EventId};
 use crate::sync::AtomicU64;
 
@@ -151,16 +151,6 @@ impl EdgeSegment {
     }
 }
 
-/// Milliseconds between two events of an edge segment; see
-/// [`EdgeSegment::elapsed_between`].
-pub fn elapsed_between(
-    segment: &EdgeSegment,
-    start: impl Into<EventId>,
-    end: impl Into<EventId>,
-) -> Option<f64> {
-    segment.elapsed_between(start, end)
-}
-
 impl Serialize for EdgeSegment {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         struct Domains<'a>(&'a EdgeSegment);
@@ -194,15 +184,13 @@ impl Serialize for EdgeSegment {
     }
 }
 
-/// Drops values no edgemark process writes (a clock domain that names no
-/// domain in the region's table) and marks their segment corrupt.
-pub(crate) fn sanitize(raw: &mut RawSnapshot, names: &Catalog, words: &[AtomicU64]) {
-    for seg in &mut raw.segments {
-        if drop_unknown(&mut seg.values, names, words) {
-            seg.corrupt = true;
-            raw.corrupt = true;
-        }
-    }
+/// Whether a value of `values` is in a clock domain that names no domain in
+/// the region's table (no edgemark process writes one).
+pub(crate) fn has_unknown(values: &Values, names: &Catalog, words: &[AtomicU64]) -> bool {
+    !values.all_in(names.known_mask())
+        && values
+            .iter()
+            .any(|v| v.is_some_and(|v| !names.knows(words, DomainId(v.domain))))
 }
 
 /// Clears the values of `values` whose clock domain names no domain in the
@@ -407,29 +395,6 @@ impl Snapshot {
         }
     }
 
-    /// A snapshot of a raw one that [`sanitize`] has seen. Moves the
-    /// values out of `raw`, leaving it empty.
-    pub(crate) fn from_raw(
-        raw: &mut RawSnapshot,
-        state: RequestState,
-        names: &Arc<Catalog>,
-        edges: &[Edge],
-    ) -> Snapshot {
-        let mut snap = Snapshot::empty(state);
-        let mut fill = Refill::new(&mut snap, names, edges);
-        fill.start();
-        fill.dropped(raw.dropped);
-        if raw.corrupt {
-            fill.corrupt();
-        }
-        for s in raw.segments.drain(..) {
-            fill.segment(s.edge, s.index, SegmentRead::of(s.values, s.corrupt));
-        }
-        // Sanitised already: nothing is left to check.
-        fill.end(state);
-        snap
-    }
-
     /// Whether the request is open, closed by the call that returned this
     /// snapshot, or gone.
     #[inline]
@@ -522,9 +487,10 @@ mod tests {
         }
         let elsewhere = rec.begin().unwrap();
         let mark = Mark::new(E12, Event::ALL[3]);
-        assert!(rec
-            .record_elapsed(elsewhere, mark, 2.5, "worker")
-            .is_success());
+        assert!(
+            rec.record_elapsed(elsewhere, mark, 2.5, "worker")
+                .is_success()
+        );
         rec.close(closed);
         (rec, vec![idle, one, full, segmented, elsewhere])
     }

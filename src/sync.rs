@@ -1,24 +1,63 @@
-//! The one place the protocol gets its atomics from.
+//! The one place the crate gets its atomics and orderings from.
 //!
 //! Production builds use `core`'s atomics; a build with `--cfg edgemark_loom`
-//! uses loom's, so that the loom models in `loom-tests/` drive exactly the
-//! protocol code that runs over a mapped region, only over heap storage
-//! (loom's atomics cannot live in a mapping). `clippy.toml` forbids the core
-//! atomic types everywhere else.
+//! uses loom's for the region's words ([`AtomicU64`], [`fence`]), so that
+//! the loom models in `loom-tests/` drive exactly the protocol code that runs
+//! over a mapped region, only over heap storage (loom's atomics cannot live
+//! in a mapping). Process-local state that no model races (the SIGBUS
+//! handler's table, per-process caches) uses [`local`]'s atomics, `core`'s
+//! in every build. `clippy.toml` forbids `core`'s and `std`'s atomic types,
+//! their `Ordering` and `fence` everywhere else, with no exception: this is
+//! the only module that names them.
 
-#![allow(clippy::disallowed_types)]
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 #[cfg(not(edgemark_loom))]
 use core::sync::atomic::AtomicU64 as Inner;
 #[cfg(edgemark_loom)]
 use loom::sync::atomic::AtomicU64 as Inner;
 
-pub(crate) use core::sync::atomic::Ordering;
+/// A memory ordering: `core`'s, named here so that `clippy.toml` can forbid
+/// `core`'s type (and with it any atomic call that bypasses this facade)
+/// everywhere else. Every use says which operation it pairs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ordering {
+    /// No ordering: atomicity only.
+    Relaxed,
+    /// Later accesses stay after this load.
+    Acquire,
+    /// Earlier accesses stay before this store.
+    Release,
+    /// Both, for a read-modify-write.
+    AcqRel,
+    /// Sequentially consistent.
+    #[allow(dead_code)]
+    SeqCst,
+}
 
-#[cfg(not(edgemark_loom))]
-pub(crate) use core::sync::atomic::fence;
-#[cfg(edgemark_loom)]
-pub(crate) use loom::sync::atomic::fence;
+impl Ordering {
+    /// The `core` ordering (loom's is the same type).
+    #[inline(always)]
+    const fn core(self) -> core::sync::atomic::Ordering {
+        use core::sync::atomic::Ordering as O;
+        match self {
+            Ordering::Relaxed => O::Relaxed,
+            Ordering::Acquire => O::Acquire,
+            Ordering::Release => O::Release,
+            Ordering::AcqRel => O::AcqRel,
+            Ordering::SeqCst => O::SeqCst,
+        }
+    }
+}
+
+/// A memory fence, loom's under `--cfg edgemark_loom`.
+#[inline(always)]
+pub(crate) fn fence(order: Ordering) {
+    #[cfg(not(edgemark_loom))]
+    core::sync::atomic::fence(order.core());
+    #[cfg(edgemark_loom)]
+    loom::sync::atomic::fence(order.core());
+}
 
 /// The 64-bit atomic every protocol word is.
 ///
@@ -39,23 +78,23 @@ impl AtomicU64 {
     }
     #[inline(always)]
     pub(crate) fn load(&self, order: Ordering) -> u64 {
-        self.0.load(order)
+        self.0.load(order.core())
     }
     #[inline(always)]
     pub(crate) fn store(&self, v: u64, order: Ordering) {
-        self.0.store(v, order)
+        self.0.store(v, order.core())
     }
     #[inline(always)]
     pub(crate) fn swap(&self, v: u64, order: Ordering) -> u64 {
-        self.0.swap(v, order)
+        self.0.swap(v, order.core())
     }
     #[inline(always)]
     pub(crate) fn fetch_add(&self, v: u64, order: Ordering) -> u64 {
-        self.0.fetch_add(v, order)
+        self.0.fetch_add(v, order.core())
     }
     #[inline(always)]
     pub(crate) fn fetch_or(&self, v: u64, order: Ordering) -> u64 {
-        self.0.fetch_or(v, order)
+        self.0.fetch_or(v, order.core())
     }
     #[inline(always)]
     pub(crate) fn compare_exchange(
@@ -65,7 +104,8 @@ impl AtomicU64 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u64, u64> {
-        self.0.compare_exchange(current, new, success, failure)
+        self.0
+            .compare_exchange(current, new, success.core(), failure.core())
     }
 }
 
@@ -80,6 +120,91 @@ const _: () = {
 // The `atomic` crate is used here only for this compile-time proof; its
 // `fallback` feature is off.
 const _: () = assert!(atomic::Atomic::<u64>::is_lock_free());
+
+/// Atomics of process-local state: `core`'s in every build, also under
+/// loom, which has nothing to model in them (the SIGBUS handler's table of
+/// mappings is not built under loom, and a per-process cache whose stale
+/// read only sends its reader to the slow path adds nothing to a model but
+/// executions). Each takes this module's [`Ordering`].
+pub(crate) mod local {
+    use super::Ordering;
+
+    macro_rules! local_atomic {
+        ($(#[$doc:meta] $name:ident($core:ident, $t:ty);)*) => {$(
+            #[$doc]
+            #[repr(transparent)]
+            #[derive(Debug)]
+            pub(crate) struct $name(core::sync::atomic::$core);
+
+            #[allow(dead_code)]
+            impl $name {
+                pub(crate) const fn new(v: $t) -> $name {
+                    $name(core::sync::atomic::$core::new(v))
+                }
+                #[inline(always)]
+                pub(crate) fn load(&self, order: Ordering) -> $t {
+                    self.0.load(order.core())
+                }
+                #[inline(always)]
+                pub(crate) fn store(&self, v: $t, order: Ordering) {
+                    self.0.store(v, order.core())
+                }
+                #[inline(always)]
+                pub(crate) fn compare_exchange(
+                    &self,
+                    current: $t,
+                    new: $t,
+                    success: Ordering,
+                    failure: Ordering,
+                ) -> Result<$t, $t> {
+                    self.0
+                        .compare_exchange(current, new, success.core(), failure.core())
+                }
+            }
+        )*};
+    }
+
+    local_atomic! {
+        /// A process-local `AtomicBool`.
+        AtomicBool(AtomicBool, bool);
+        /// A process-local `AtomicU8`.
+        AtomicU8(AtomicU8, u8);
+        /// A process-local `AtomicI32`.
+        AtomicI32(AtomicI32, i32);
+        /// A process-local `AtomicU32`.
+        AtomicU32(AtomicU32, u32);
+        /// A process-local `AtomicU64`.
+        AtomicU64(AtomicU64, u64);
+        /// A process-local `AtomicUsize`.
+        AtomicUsize(AtomicUsize, usize);
+    }
+
+    impl AtomicU32 {
+        #[inline(always)]
+        pub(crate) fn fetch_or(&self, v: u32, order: Ordering) -> u32 {
+            self.0.fetch_or(v, order.core())
+        }
+    }
+
+    /// A process-local `AtomicPtr`.
+    #[repr(transparent)]
+    #[derive(Debug)]
+    pub(crate) struct AtomicPtr<T>(core::sync::atomic::AtomicPtr<T>);
+
+    impl<T> AtomicPtr<T> {
+        pub(crate) const fn new(p: *mut T) -> AtomicPtr<T> {
+            AtomicPtr(core::sync::atomic::AtomicPtr::new(p))
+        }
+        #[inline(always)]
+        pub(crate) fn load(&self, order: Ordering) -> *mut T {
+            self.0.load(order.core())
+        }
+        #[inline(always)]
+        pub(crate) fn store(&self, p: *mut T, order: Ordering) {
+            self.0.store(p, order.core())
+        }
+    }
+}
 
 /// One step of a bounded wait on another party's control operation.
 ///

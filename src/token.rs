@@ -21,7 +21,7 @@ use std::str::FromStr;
 pub struct Token {
     pub(crate) region: u64,
     pub(crate) slot: u32,
-    pub(crate) gen: u32,
+    pub(crate) generation: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Token>() <= 16);
@@ -30,7 +30,7 @@ impl Token {
     /// The token as an integer: region in the high 64 bits, then slot, then
     /// generation.
     pub const fn to_u128(self) -> u128 {
-        ((self.region as u128) << 64) | ((self.slot as u128) << 32) | self.gen as u128
+        ((self.region as u128) << 64) | ((self.slot as u128) << 32) | self.generation as u128
     }
 
     /// The token an integer from [`Token::to_u128`] stands for.
@@ -38,7 +38,7 @@ impl Token {
         Token {
             region: (v >> 64) as u64,
             slot: (v >> 32) as u32,
-            gen: v as u32,
+            generation: v as u32,
         }
     }
 
@@ -60,7 +60,7 @@ impl Token {
     /// The slot's generation when the request began (never 0 for a real
     /// token).
     pub const fn generation(self) -> u32 {
-        self.gen
+        self.generation
     }
 
     /// The ID of the region the token belongs to.
@@ -71,7 +71,11 @@ impl Token {
 
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "em1.{:016x}.{:x}.{:x}", self.region, self.slot, self.gen)
+        write!(
+            f,
+            "em1.{:016x}.{:x}.{:x}",
+            self.region, self.slot, self.generation
+        )
     }
 }
 
@@ -105,11 +109,15 @@ impl FromStr for Token {
         };
         let region = field(16)?;
         let slot = field(8)? as u32;
-        let gen = field(8)? as u32;
+        let generation = field(8)? as u32;
         if parts.next().is_some() {
             return Err(err());
         }
-        Ok(Token { region, slot, gen })
+        Ok(Token {
+            region,
+            slot,
+            generation,
+        })
     }
 }
 

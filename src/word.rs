@@ -1,8 +1,13 @@
-//! The encoding of every word the protocol reads and writes.
+//! The encoding of every packed word the protocol reads and writes.
 //!
 //! All state lives in 64-bit words so that every transition is a single
 //! atomic operation. This module only packs and unpacks them; it knows
-//! nothing of orderings or of where the words live.
+//! nothing of orderings or of where the words live. Each packed word has its
+//! own `#[repr(transparent)]` type ([`CellWord`], [`HeadWord`],
+//! [`SegmentWord`]), in the manner of crossbeam's `Epoch`: its `const`
+//! methods are the only code that knows the bits, and raw `u64`s exist only
+//! at the atomics ([`from_bits`](CellWord::from_bits) after a load,
+//! [`bits`](CellWord::bits) before a store).
 //!
 //! # Cell words
 //!
@@ -18,102 +23,239 @@
 //! An empty word names the exact epoch (request generation and segment count)
 //! it was laid for. A record compares-and-swaps from that exact word, so a
 //! writer holding anything older cannot land.
+//!
+//! # Head words
+//!
+//! Bits 63..32 the slot's generation, bits 31..8 the lock holder's thread id
+//! (only in a locked state), bits 7..0 the [`SlotState`].
+//!
+//! # Segment and entry words
+//!
+//! The segment word of an edge (the current segment) and the entry word of
+//! a ring entry (the segment it holds) share one packing: the segment count
+//! in bits 55..32, the segment index in bits 31..0, bits 63..56 zero.
+//!
+//! # Name words
+//!
+//! A name (of an event or a clock domain) is 32 bytes of NUL-padded UTF-8 in
+//! four little-endian words ([`pack_name`], [`unpack_name`]).
 
 /// Number of bits of elapsed time in a value word.
-pub(crate) const ELAPSED_BITS: u32 = 37;
+const ELAPSED_BITS: u32 = 37;
 /// Largest elapsed time a value word holds, in microseconds (about 38.2 hours).
 pub(crate) const MAX_ELAPSED_US: u64 = (1 << ELAPSED_BITS) - 1;
 const CHUNK_BITS: u32 = 20;
 /// Largest chunk sequence number a value word holds.
 pub(crate) const MAX_CHUNK_SEQ: u64 = (1 << CHUNK_BITS) - 2;
 const DOMAIN_BITS: u32 = 5;
+const DOMAIN_SHIFT: u32 = ELAPSED_BITS + CHUNK_BITS;
 /// Number of clock domains a region can hold (declared and registered).
 pub(crate) const MAX_DOMAINS: usize = 1 << DOMAIN_BITS;
+const COUNT_BITS: u32 = 24;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest segment count a request can reach on one edge.
-pub(crate) const MAX_COUNT: u32 = (1 << 24) - 1;
+pub(crate) const MAX_COUNT: u32 = COUNT_MASK as u32;
 
 const KIND_SHIFT: u32 = 62;
 const KIND_EMPTY: u64 = 0;
 const KIND_VALUE: u64 = 1;
 const KIND_SEALED: u64 = 2;
-const COUNT_MASK: u64 = (1 << 24) - 1;
-const EPOCH_MASK: u64 = (1 << 56) - 1;
+const KIND_CORRUPT: u64 = 3;
+/// The bits of an empty or sealed word below its kind: generation and count.
+const EPOCH_BITS: u32 = 32 + COUNT_BITS;
+const EPOCH_MASK: u64 = (1 << EPOCH_BITS) - 1;
+/// The bits between the kind and the epoch, zero in an empty or sealed word.
+const STRAY_MASK: u64 = ((1 << KIND_SHIFT) - 1) & !EPOCH_MASK;
+
+// The fields of a value word fill the bits below its kind exactly.
+const _: () = assert!(DOMAIN_SHIFT + DOMAIN_BITS == KIND_SHIFT);
+// A domain bit mask (`CellWord::domain_bit`) is a u32.
+const _: () = assert!(MAX_DOMAINS <= 32);
+
+/// A packed word type: what a region word holds, seen through its encoding.
+/// The only conversions between a packed word and its bits, for the
+/// atomics that hold them.
+pub(crate) trait Packed: Copy {
+    /// The word as read from an atomic.
+    fn from_bits(bits: u64) -> Self;
+    /// The word to store in an atomic.
+    fn bits(self) -> u64;
+}
+
+macro_rules! packed {
+    ($($t:ident),*) => {$(
+        impl Packed for $t {
+            #[inline(always)]
+            fn from_bits(bits: u64) -> $t {
+                $t::from_bits(bits)
+            }
+            #[inline(always)]
+            fn bits(self) -> u64 {
+                $t::bits(self)
+            }
+        }
+    )*};
+}
+packed!(CellWord, HeadWord, SegmentWord);
+
+/// A cell word: one event's value for one epoch, or the empty or sealed
+/// marker of that epoch (see the module docs for the bits).
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CellWord(u64);
+
+impl core::fmt::Debug for CellWord {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "CellWord({:#018x}: {:?})", self.0, self.decode())
+    }
+}
 
 /// A decoded cell word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Cell {
     /// Laid for the epoch (generation, segment count); writable in it.
-    Empty { gen: u32, count: u32 },
+    Empty { generation: u32, count: u32 },
     /// A recorded value.
-    Value(Value),
+    Value(Recorded),
     /// Fenced by close: nothing can be written any more.
     Sealed,
     /// Bits edgemark never writes.
     Corrupt,
 }
 
-/// The content of a value word.
+/// The fields of a value word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Value {
+pub(crate) struct Recorded {
+    /// The clock domain's id (below [`MAX_DOMAINS`]).
     pub(crate) domain: u8,
+    /// The chunk sequence of the winning write, if the event keeps one.
     pub(crate) chunk_seq: Option<u64>,
+    /// Elapsed microseconds from the request's origin.
     pub(crate) elapsed_us: u64,
 }
 
-#[inline]
-pub(crate) const fn empty(gen: u32, count: u32) -> u64 {
-    (KIND_EMPTY << KIND_SHIFT) | ((gen as u64) << 24) | (count as u64 & COUNT_MASK)
-}
+impl CellWord {
+    /// The word a snapshot keeps for "not recorded" (an empty word of
+    /// generation 0, which no request has).
+    pub(crate) const NONE: CellWord = CellWord(0);
 
-#[inline]
-pub(crate) const fn sealed(gen: u32, count: u32) -> u64 {
-    (KIND_SEALED << KIND_SHIFT) | ((gen as u64) << 24) | (count as u64 & COUNT_MASK)
-}
-
-/// Packs a value word. The caller has checked the ranges (`domain <
-/// MAX_DOMAINS`, `chunk_seq <= MAX_CHUNK_SEQ`, `elapsed_us <= MAX_ELAPSED_US`).
-#[inline]
-pub(crate) const fn value(domain: u8, chunk_seq: Option<u64>, elapsed_us: u64) -> u64 {
-    let chunk = match chunk_seq {
-        Some(c) => c + 1,
-        None => 0,
-    };
-    (KIND_VALUE << KIND_SHIFT)
-        | ((domain as u64) << (ELAPSED_BITS + CHUNK_BITS))
-        | (chunk << ELAPSED_BITS)
-        | elapsed_us
-}
-
-/// The clock domain of a value word; `None` for any other kind. What
-/// [`decode`] would say of the domain, without decoding the rest.
-#[inline]
-pub(crate) const fn value_domain(word: u64) -> Option<u8> {
-    if word >> KIND_SHIFT == KIND_VALUE {
-        Some(((word >> (ELAPSED_BITS + CHUNK_BITS)) & (MAX_DOMAINS as u64 - 1)) as u8)
-    } else {
-        None
+    /// The word as read from an atomic.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> CellWord {
+        CellWord(bits)
     }
-}
 
-#[inline]
-pub(crate) const fn decode(word: u64) -> Cell {
-    let rest = word & !(3 << KIND_SHIFT);
-    match word >> KIND_SHIFT {
-        KIND_EMPTY | KIND_SEALED if rest & !EPOCH_MASK != 0 => Cell::Corrupt,
-        KIND_EMPTY => Cell::Empty {
-            gen: (rest >> 24) as u32,
-            count: (rest & COUNT_MASK) as u32,
-        },
-        KIND_SEALED => Cell::Sealed,
-        KIND_VALUE => {
-            let chunk = (rest >> ELAPSED_BITS) & ((1 << CHUNK_BITS) - 1);
-            Cell::Value(Value {
-                domain: (rest >> (ELAPSED_BITS + CHUNK_BITS)) as u8,
-                chunk_seq: if chunk == 0 { None } else { Some(chunk - 1) },
-                elapsed_us: rest & MAX_ELAPSED_US,
-            })
+    /// The word to store in an atomic.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The empty word of epoch (`generation`, `count`).
+    #[inline]
+    pub(crate) const fn empty(generation: u32, count: u32) -> CellWord {
+        CellWord((KIND_EMPTY << KIND_SHIFT) | Self::epoch(generation, count))
+    }
+
+    /// The sealed word of epoch (`generation`, `count`).
+    #[inline]
+    pub(crate) const fn sealed(generation: u32, count: u32) -> CellWord {
+        CellWord((KIND_SEALED << KIND_SHIFT) | Self::epoch(generation, count))
+    }
+
+    #[inline]
+    const fn epoch(generation: u32, count: u32) -> u64 {
+        ((generation as u64) << COUNT_BITS) | (count as u64 & COUNT_MASK)
+    }
+
+    /// A value word. The caller has checked the ranges (`domain <
+    /// MAX_DOMAINS`, `chunk_seq <= MAX_CHUNK_SEQ`, `elapsed_us <=
+    /// MAX_ELAPSED_US`).
+    #[inline]
+    pub(crate) const fn value(domain: u8, chunk_seq: Option<u64>, elapsed_us: u64) -> CellWord {
+        let chunk = match chunk_seq {
+            Some(c) => c + 1,
+            None => 0,
+        };
+        CellWord(
+            (KIND_VALUE << KIND_SHIFT)
+                | ((domain as u64) << DOMAIN_SHIFT)
+                | (chunk << ELAPSED_BITS)
+                | elapsed_us,
+        )
+    }
+
+    /// Whether this is a value word.
+    #[inline]
+    pub(crate) const fn is_value(self) -> bool {
+        self.0 >> KIND_SHIFT == KIND_VALUE
+    }
+
+    /// The clock domain of a value word; `None` for any other kind. What
+    /// [`CellWord::decode`] would say of the domain, without the rest.
+    #[inline]
+    pub(crate) const fn domain(self) -> Option<u8> {
+        if self.is_value() {
+            Some(((self.0 >> DOMAIN_SHIFT) & (MAX_DOMAINS as u64 - 1)) as u8)
+        } else {
+            None
         }
-        _ => Cell::Corrupt,
+    }
+
+    /// Bit `d` for a value word of clock domain `d`; 0 for any other word.
+    #[inline]
+    pub(crate) const fn domain_bit(self) -> u32 {
+        match self.domain() {
+            Some(d) => 1 << d,
+            None => 0,
+        }
+    }
+
+    /// The word as a snapshot keeps it, and whether it is corrupt:
+    /// [`CellWord::decode`]'s verdict without its fields, free of branches.
+    /// A value word is kept; an empty or sealed word is [`CellWord::NONE`],
+    /// "not recorded"; bits edgemark never writes (kind `11`, or an empty
+    /// or sealed word with bits above its epoch) are `NONE` and corrupt.
+    #[inline]
+    pub(crate) const fn kept(self) -> (CellWord, bool) {
+        let kind = self.0 >> KIND_SHIFT;
+        let value = kind == KIND_VALUE;
+        let stray = self.0 & STRAY_MASK != 0;
+        let corrupt = kind == KIND_CORRUPT || (!value && stray);
+        (CellWord(if value { self.0 } else { 0 }), corrupt)
+    }
+
+    /// The fields of a value word; `None` for any other kind.
+    #[inline]
+    pub(crate) const fn recorded(self) -> Option<Recorded> {
+        match self.decode() {
+            Cell::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The word, decoded.
+    #[inline]
+    pub(crate) const fn decode(self) -> Cell {
+        let word = self.0;
+        let rest = word & !(3 << KIND_SHIFT);
+        match word >> KIND_SHIFT {
+            KIND_EMPTY | KIND_SEALED if rest & !EPOCH_MASK != 0 => Cell::Corrupt,
+            KIND_EMPTY => Cell::Empty {
+                generation: (rest >> COUNT_BITS) as u32,
+                count: (rest & COUNT_MASK) as u32,
+            },
+            KIND_SEALED => Cell::Sealed,
+            KIND_VALUE => {
+                let chunk = (rest >> ELAPSED_BITS) & ((1 << CHUNK_BITS) - 1);
+                Cell::Value(Recorded {
+                    domain: (rest >> DOMAIN_SHIFT) as u8,
+                    chunk_seq: if chunk == 0 { None } else { Some(chunk - 1) },
+                    elapsed_us: rest & MAX_ELAPSED_US,
+                })
+            }
+            _ => Cell::Corrupt,
+        }
     }
 }
 
@@ -134,73 +276,138 @@ pub(crate) enum SlotState {
     Closing = 4,
 }
 
-/// A decoded head word: the slot's generation, state and, while a control
-/// operation holds the slot, the holder's pid.
+/// A slot's head word: its generation, its state and, while a control
+/// operation holds the slot, the holder's thread id (see the module docs).
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeadWord(u64);
+
+impl core::fmt::Debug for HeadWord {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "HeadWord({:#018x}: {:?})", self.0, self.decode())
+    }
+}
+
+/// A decoded head word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Head {
-    pub(crate) gen: u32,
+    pub(crate) generation: u32,
     pub(crate) state: SlotState,
-    /// The pid of the process holding the control lock (`Beginning`,
-    /// `Segmenting`, `Closing`), so that a reclaim can tell a dead holder;
-    /// 0 otherwise. Linux pids are below 2^22, so 24 bits hold any of them.
+    /// The thread id holding the control lock (`Beginning`, `Segmenting`,
+    /// `Closing`), so that a reclaim can tell a dead holder; 0 otherwise.
+    /// Linux thread ids are below 2^22, so 24 bits hold any of them.
     pub(crate) holder: u32,
 }
 
-/// Largest pid a head word can name as a lock holder.
-pub(crate) const MAX_HOLDER: u32 = (1 << 24) - 1;
+/// Largest thread id a head word can name as a lock holder.
+const MAX_HOLDER: u32 = (1 << 24) - 1;
+const HOLDER_SHIFT: u32 = 8;
+const STATE_MASK: u64 = 0xff;
+const GENERATION_SHIFT: u32 = 32;
 
-/// A head word in an unlocked state (`Free` or `Open`).
-#[inline]
-pub(crate) const fn head(gen: u32, state: SlotState) -> u64 {
-    ((gen as u64) << 32) | state as u64
-}
-
-/// A head word in a locked state, naming its holder.
-#[inline]
-pub(crate) const fn head_held(gen: u32, state: SlotState, holder: u32) -> u64 {
-    ((gen as u64) << 32) | ((holder as u64 & MAX_HOLDER as u64) << 8) | state as u64
-}
-
-#[inline]
-pub(crate) fn decode_head(word: u64) -> Option<Head> {
-    let state = match word & 0xFF {
-        0 => SlotState::Free,
-        1 => SlotState::Beginning,
-        2 => SlotState::Open,
-        3 => SlotState::Segmenting,
-        4 => SlotState::Closing,
-        _ => return None,
-    };
-    let holder = ((word >> 8) as u32) & MAX_HOLDER;
-    let locked = matches!(
-        state,
-        SlotState::Beginning | SlotState::Segmenting | SlotState::Closing
-    );
-    if holder != 0 && !locked {
-        return None;
+impl HeadWord {
+    /// The word as read from an atomic.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> HeadWord {
+        HeadWord(bits)
     }
-    Some(Head {
-        gen: (word >> 32) as u32,
-        state,
-        holder,
-    })
+
+    /// The word to store in an atomic.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// A head word in an unlocked state (`Free` or `Open`).
+    #[inline]
+    pub(crate) const fn unlocked(generation: u32, state: SlotState) -> HeadWord {
+        HeadWord(((generation as u64) << GENERATION_SHIFT) | state as u64)
+    }
+
+    /// A head word in a locked state, naming its holder.
+    #[inline]
+    pub(crate) const fn held(generation: u32, state: SlotState, holder: u32) -> HeadWord {
+        HeadWord(
+            ((generation as u64) << GENERATION_SHIFT)
+                | ((holder as u64 & MAX_HOLDER as u64) << HOLDER_SHIFT)
+                | state as u64,
+        )
+    }
+
+    /// The generation, whatever the rest of the word holds.
+    #[inline]
+    pub(crate) const fn generation(self) -> u32 {
+        (self.0 >> GENERATION_SHIFT) as u32
+    }
+
+    /// Whether the word is of an open request, one that snapshots read:
+    /// `Open` (which has no holder, so the low half is the state alone) or
+    /// `Segmenting` (held). What [`HeadWord::decode`] says of it, in two
+    /// comparisons.
+    #[inline]
+    pub(crate) const fn is_open(self) -> bool {
+        self.0 as u32 == HeadWord::unlocked(0, SlotState::Open).0 as u32
+            || self.0 & STATE_MASK == SlotState::Segmenting as u64
+    }
+
+    /// Whether the word shows request generation `generation` open.
+    #[inline]
+    pub(crate) const fn shows_open(self, generation: u32) -> bool {
+        self.generation() == generation && self.is_open()
+    }
+
+    /// The word, decoded; `None` for bits edgemark never writes.
+    #[inline]
+    pub(crate) const fn decode(self) -> Option<Head> {
+        let state = match self.0 & STATE_MASK {
+            0 => SlotState::Free,
+            1 => SlotState::Beginning,
+            2 => SlotState::Open,
+            3 => SlotState::Segmenting,
+            4 => SlotState::Closing,
+            _ => return None,
+        };
+        let holder = ((self.0 >> HOLDER_SHIFT) as u32) & MAX_HOLDER;
+        let locked = matches!(
+            state,
+            SlotState::Beginning | SlotState::Segmenting | SlotState::Closing
+        );
+        if holder != 0 && !locked {
+            return None;
+        }
+        Some(Head {
+            generation: self.generation(),
+            state,
+            holder,
+        })
+    }
 }
 
-/// The next generation after `gen`; 0 is never used, so that a zeroed slot
-/// matches no token.
+/// The next generation after `generation`; 0 is never used, so that a
+/// zeroed slot matches no token.
 #[inline]
-pub(crate) const fn next_gen(gen: u32) -> u32 {
-    match gen.wrapping_add(1) {
+pub(crate) const fn next_generation(generation: u32) -> u32 {
+    match generation.wrapping_add(1) {
         0 => 1,
         g => g,
     }
 }
 
-/// A segment word (per slot and edge) and an entry word (per slot, edge and
-/// ring entry) share one packing: the segment count in bits 55..32 and the
-/// segment index in bits 31..0.
+/// A segment word (per slot and edge: the current segment) or an entry word
+/// (per slot, edge and ring entry: the segment it holds); one packing.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentWord(u64);
+
+impl core::fmt::Debug for SegmentWord {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "SegmentWord({:#018x}: {:?})", self.0, self.decode())
+    }
+}
+
+/// A decoded segment or entry word: which segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Seg {
+pub(crate) struct SegmentPos {
     /// How many segments were started on this edge of this request before
     /// this one (0 for the initial segment).
     pub(crate) count: u32,
@@ -208,25 +415,86 @@ pub(crate) struct Seg {
     pub(crate) index: u32,
 }
 
-#[inline]
-pub(crate) const fn seg(count: u32, index: u32) -> u64 {
-    ((count as u64 & COUNT_MASK) << 32) | index as u64
+const SEGMENT_COUNT_SHIFT: u32 = 32;
+
+impl SegmentWord {
+    /// The word as read from an atomic.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> SegmentWord {
+        SegmentWord(bits)
+    }
+
+    /// The word to store in an atomic.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The word of the segment with count `count` and index `index`.
+    #[inline]
+    pub(crate) const fn new(count: u32, index: u32) -> SegmentWord {
+        SegmentWord(((count as u64 & COUNT_MASK) << SEGMENT_COUNT_SHIFT) | index as u64)
+    }
+
+    /// The word, decoded; `None` for bits edgemark never writes.
+    #[inline]
+    pub(crate) const fn decode(self) -> Option<SegmentPos> {
+        if self.0 >> (SEGMENT_COUNT_SHIFT + COUNT_BITS) != 0 {
+            return None;
+        }
+        Some(SegmentPos {
+            count: ((self.0 >> SEGMENT_COUNT_SHIFT) & COUNT_MASK) as u32,
+            index: self.0 as u32,
+        })
+    }
 }
 
-#[inline]
-pub(crate) fn decode_seg(word: u64) -> Option<Seg> {
-    if word >> 56 != 0 {
+/// Words of a name: 32 bytes of NUL-padded UTF-8.
+pub(crate) const NAME_WORDS: usize = 4;
+/// Most bytes a name has.
+pub(crate) const NAME_BYTES: usize = NAME_WORDS * 8;
+
+/// Packs a name (at most [`NAME_BYTES`] bytes) into its words.
+pub(crate) fn pack_name(name: &str) -> [u64; NAME_WORDS] {
+    let mut bytes = [0u8; NAME_BYTES];
+    bytes[..name.len()].copy_from_slice(name.as_bytes());
+    let mut out = [0u64; NAME_WORDS];
+    for (i, w) in out.iter_mut().enumerate() {
+        *w = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    }
+    out
+}
+
+/// Unpacks a name; `None` unless it is 1..=32 bytes of UTF-8 followed only
+/// by NUL padding.
+pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
+    let mut bytes = [0u8; NAME_BYTES];
+    for (i, w) in words.iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    if len == 0 || bytes[len..].iter().any(|&b| b != 0) {
         return None;
     }
-    Some(Seg {
-        count: ((word >> 32) & COUNT_MASK) as u32,
-        index: word as u32,
-    })
+    String::from_utf8(bytes[..len].to_vec()).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Words with every kind, every pattern of the bits above an epoch,
+    /// and low bits from a simple generator.
+    fn words() -> impl Iterator<Item = u64> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..4096u64).map(move |i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let low = if i % 3 == 0 { i } else { x };
+            (i % 4) << 62 | (i / 4 % 64) << 56 | low & ((1 << 56) - 1)
+        })
+    }
 
     #[test]
     fn value_words_round_trip_at_their_limits() {
@@ -234,10 +502,11 @@ mod tests {
             (0u8, None, 0u64),
             (7, Some(0), MAX_ELAPSED_US),
             (3, Some(MAX_CHUNK_SEQ), 12_000),
+            (MAX_DOMAINS as u8 - 1, Some(5), 1),
         ] {
             assert_eq!(
-                decode(value(d, c, e)),
-                Cell::Value(Value {
+                CellWord::value(d, c, e).decode(),
+                Cell::Value(Recorded {
                     domain: d,
                     chunk_seq: c,
                     elapsed_us: e
@@ -249,48 +518,106 @@ mod tests {
     #[test]
     fn the_domain_of_a_value_word_is_the_decoded_one() {
         for d in 0..MAX_DOMAINS as u8 {
-            let w = value(d, Some(MAX_CHUNK_SEQ), MAX_ELAPSED_US);
-            assert_eq!(value_domain(w), Some(d));
+            let w = CellWord::value(d, Some(MAX_CHUNK_SEQ), MAX_ELAPSED_US);
+            assert_eq!(w.domain(), Some(d));
+            assert_eq!(w.domain_bit(), 1 << d);
         }
-        assert_eq!(value_domain(empty(3, 1)), None);
-        assert_eq!(value_domain(sealed(3, 1)), None);
-        assert_eq!(value_domain(u64::MAX), None);
+        assert_eq!(CellWord::empty(3, 1).domain(), None);
+        assert_eq!(CellWord::sealed(3, 1).domain(), None);
+        assert_eq!(CellWord::from_bits(u64::MAX).domain(), None);
+        assert_eq!(CellWord::from_bits(u64::MAX).domain_bit(), 0);
     }
 
     #[test]
     fn empty_words_name_their_epoch_and_differ_from_every_value() {
         assert_eq!(
-            decode(empty(u32::MAX, MAX_COUNT)),
+            CellWord::empty(u32::MAX, MAX_COUNT).decode(),
             Cell::Empty {
-                gen: u32::MAX,
+                generation: u32::MAX,
                 count: MAX_COUNT
             }
         );
-        assert_ne!(empty(1, 0), value(0, None, 0));
-        assert_ne!(empty(1, 0), empty(2, 0));
-        assert_ne!(empty(1, 0), empty(1, 1));
-        assert_eq!(decode(sealed(5, 1)), Cell::Sealed);
-        assert_eq!(decode(u64::MAX), Cell::Corrupt);
-        assert_eq!(decode(1 << 60), Cell::Corrupt);
+        assert_ne!(CellWord::empty(1, 0), CellWord::value(0, None, 0));
+        assert_ne!(CellWord::empty(1, 0), CellWord::empty(2, 0));
+        assert_ne!(CellWord::empty(1, 0), CellWord::empty(1, 1));
+        assert_eq!(CellWord::sealed(5, 1).decode(), Cell::Sealed);
+        assert_eq!(CellWord::from_bits(u64::MAX).decode(), Cell::Corrupt);
+        assert_eq!(CellWord::from_bits(1 << 60).decode(), Cell::Corrupt);
+        assert_eq!(CellWord::NONE.recorded(), None);
+    }
+
+    #[test]
+    fn a_kept_cell_is_what_decode_says() {
+        let special = [
+            0,
+            u64::MAX,
+            CellWord::sealed(7, 3).bits(),
+            CellWord::empty(7, 3).bits(),
+        ];
+        for w in words().chain(special).map(CellWord::from_bits) {
+            let expected = match w.decode() {
+                Cell::Value(_) => (w, false),
+                Cell::Empty { .. } | Cell::Sealed => (CellWord::NONE, false),
+                Cell::Corrupt => (CellWord::NONE, true),
+            };
+            assert_eq!(w.kept(), expected, "{w:?}");
+            assert_eq!(w.is_value(), matches!(w.decode(), Cell::Value(_)));
+        }
+    }
+
+    #[test]
+    fn a_head_is_open_as_decode_says() {
+        let heads = words().flat_map(|w| {
+            // Heads of every state byte, with and without a holder.
+            [
+                w,
+                w & !0xffff_ff00,
+                w & 0xffff_ffff_0000_00ff,
+                w & !0xff | 2,
+                w & !0xff | 3,
+            ]
+        });
+        for h in heads.map(HeadWord::from_bits) {
+            let open = h
+                .decode()
+                .is_some_and(|d| matches!(d.state, SlotState::Open | SlotState::Segmenting));
+            assert_eq!(h.is_open(), open, "{h:?}");
+            let g = h.generation();
+            assert_eq!(h.shows_open(g), open, "{h:?}");
+            assert!(!h.shows_open(g ^ 1), "{h:?}");
+        }
     }
 
     #[test]
     fn head_and_segment_words_round_trip_and_reject_garbage() {
-        let h = decode_head(head_held(9, SlotState::Closing, 4_194_304)).unwrap();
+        let h = HeadWord::held(9, SlotState::Closing, 4_194_304)
+            .decode()
+            .unwrap();
         assert_eq!(
-            (h.gen, h.state, h.holder),
+            (h.generation, h.state, h.holder),
             (9, SlotState::Closing, 4_194_304)
         );
-        assert_eq!(decode_head(head(3, SlotState::Open)).unwrap().holder, 0);
-        assert_eq!(decode_head(7), None);
+        let open = HeadWord::unlocked(3, SlotState::Open).decode().unwrap();
+        assert_eq!(open.holder, 0);
+        assert_eq!(HeadWord::from_bits(7).decode(), None);
         assert_eq!(
-            decode_head(1 << 12 | 2),
+            HeadWord::from_bits(1 << 12 | 2).decode(),
             None,
             "an open slot names no holder"
         );
-        assert_eq!(next_gen(u32::MAX), 1);
-        let s = decode_seg(seg(3, 77)).unwrap();
+        assert_eq!(next_generation(u32::MAX), 1);
+        let s = SegmentWord::new(3, 77).decode().unwrap();
         assert_eq!((s.count, s.index), (3, 77));
-        assert_eq!(decode_seg(1 << 60), None);
+        assert_eq!(SegmentWord::from_bits(1 << 60).decode(), None);
+    }
+
+    #[test]
+    fn names_round_trip_and_garbage_is_refused() {
+        assert_eq!(unpack_name(pack_name("sender")).as_deref(), Some("sender"));
+        let long = "x".repeat(NAME_BYTES);
+        assert_eq!(unpack_name(pack_name(&long)), Some(long));
+        assert_eq!(unpack_name([0; 4]), None);
+        assert_eq!(unpack_name([0x00ff, 0, 0, 0]), None);
+        assert_eq!(unpack_name([0x41 | (0x41 << 16), 0, 0, 0]), None);
     }
 }

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::process::Command;
 
 use edgemark::{
-    monotonic_ns, AttachError, Clock, Edge, Event, Mark, Outcome, Recorder, Token,
-    DISTRUST_COUNTER_ENV,
+    AttachError, Clock, DISTRUST_COUNTER_ENV, Edge, Event, Mark, Outcome, Recorder, Token,
+    monotonic_ns,
 };
 
 /// Set in a child: `"<test name>"`; the region path and token follow in

@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use common::{obs, Processes, Worker, E01};
+use common::{E01, Processes, Worker, obs};
 use edgemark::{Event::*, Outcome, RequestState};
 
 upstream_case_tests!(Processes::new());
@@ -88,9 +88,11 @@ fn racing_processes_record_each_event_exactly_once() {
             .filter(|&i| outcomes[i] == Outcome::Recorded)
             .collect();
         assert_eq!(winners.len(), 1, "{outcomes:?}");
-        assert!(outcomes
-            .iter()
-            .all(|o| matches!(o, Outcome::Recorded | Outcome::Duplicate)));
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, Outcome::Recorded | Outcome::Duplicate))
+        );
         let s = p.rec.close(t);
         let seg = s.segment(E01, 0).unwrap();
         let w = winners[0] as u64;

@@ -65,9 +65,10 @@ fn exercise(rec: &Recorder) -> (usize, bool) {
     let info = rec.info().unwrap();
     let _ = rec.counters();
     let hs = rec.histograms().unwrap();
-    assert!(hs
-        .iter()
-        .all(|h| h.histogram.buckets.len() == edgemark::BUCKETS_MS.len() + 1));
+    assert!(
+        hs.iter()
+            .all(|h| h.histogram.buckets.len() == edgemark::BUCKETS_MS.len() + 1)
+    );
     let open = rec.snapshot_open().unwrap();
     assert!(open.len() <= info.slots as usize);
     let mut corrupt = false;
@@ -476,12 +477,14 @@ fn a_recorder_touching_a_shrunk_page_loses_the_record_and_a_sealed_region_cannot
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(sealed
-        .snapshot(t)
-        .segment(E01, 0)
-        .unwrap()
-        .get(ConsumerFirstAccept)
-        .is_some());
+    assert!(
+        sealed
+            .snapshot(t)
+            .segment(E01, 0)
+            .unwrap()
+            .get(ConsumerFirstAccept)
+            .is_some()
+    );
     let _ = f
         .write_at(&[0u8; 8], 1 << 40)
         .map(|_| panic!("a sealed region grew"));

@@ -122,9 +122,10 @@ fn a_region_that_does_not_fit_is_refused_at_creation_with_no_space() {
         fill(dir);
         let ts: Vec<_> = (0..64).map(|_| small.begin().unwrap()).collect();
         let emit = Mark::new(E01, ProducerFirstNonemptyEmit);
-        assert!(ts
-            .iter()
-            .all(|t| small.record(*t, emit) == Outcome::Recorded));
+        assert!(
+            ts.iter()
+                .all(|t| small.record(*t, emit) == Outcome::Recorded)
+        );
         small.check().unwrap();
         let other = Recorder::attach(&p).unwrap();
         assert_eq!(other.open_requests().unwrap().len(), 64);

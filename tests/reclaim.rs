@@ -99,9 +99,10 @@ fn a_killed_owners_requests_are_freed_and_a_live_owners_are_not() {
     assert_eq!(more.len(), 4);
     assert_eq!(rec.begin(), Err(Outcome::RegionFull));
     // The live owner can still close its own requests.
-    assert!(live
-        .ask(&format!("close {}", kept[0]))
-        .contains("\"0->1:0\""));
+    assert!(
+        live.ask(&format!("close {}", kept[0]))
+            .contains("\"0->1:0\"")
+    );
 }
 
 #[test]

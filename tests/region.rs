@@ -292,9 +292,9 @@ fn the_record_path_refuses_bad_tokens_and_marks_in_its_documented_order() {
     let foreign = other.begin().unwrap();
     let m = Mark::new(E01, ProducerFirstNonemptyEmit);
     assert_eq!(rec.record(foreign, m), Outcome::ForeignToken);
-    let forged = |slot: u32, gen: u32| {
+    let forged = |slot: u32, generation: u32| {
         edgemark::Token::from_u128(
-            (t.to_u128() >> 64 << 64) | (u128::from(slot) << 32) | u128::from(gen),
+            (t.to_u128() >> 64 << 64) | (u128::from(slot) << 32) | u128::from(generation),
         )
     };
     assert_eq!(rec.record(forged(1 << 20, 1), m), Outcome::Invalid);
@@ -573,7 +573,10 @@ fn bad_creation_arguments_are_errors() {
         .create_in_memory()
         .unwrap_err();
     assert!(!e.to_string().contains('\u{1b}'), "escaped: {e}");
-    for e in [CreateError::NoEdges, CreateError::Geometry("x".into())] {
+    for e in [
+        CreateError::NoEdges,
+        CreateError::Geometry(edgemark::GeometryError::Flags(4)),
+    ] {
         assert!(!e.to_string().is_empty());
     }
 }

@@ -20,10 +20,6 @@ pub const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
 pub fn marks() -> [Mark; MARKS_PER_REQUEST] {
     std::array::from_fn(|i| {
         let mark = Mark::new(EDGES[i / 4], Event::ALL[i % 4]);
-        if i % 4 == 0 {
-            mark.chunk_seq(3)
-        } else {
-            mark
-        }
+        if i % 4 == 0 { mark.chunk_seq(3) } else { mark }
     })
 }

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, Write};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use edgemark::{AttachOptions, Edge, Mark, Recorder, RequestState, Token};
 
@@ -127,10 +127,11 @@ struct BatchLine {
 /// alone would take `-1` for an option).
 pub(crate) fn parse_count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     let t = s.trim();
-    if let Some(rest) = t.strip_prefix('-') {
-        if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
-            return Err("a count cannot be negative".to_owned());
-        }
+    if let Some(rest) = t.strip_prefix('-')
+        && !rest.is_empty()
+        && rest.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err("a count cannot be negative".to_owned());
     }
     t.parse::<T>().map_err(|_| {
         if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {

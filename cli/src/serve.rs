@@ -33,7 +33,7 @@ use edgemark::export::{self, Format};
 use edgemark::{AttachError, Recorder};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{ACCEPT, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 
@@ -110,7 +110,9 @@ impl Source {
             Err(e) => {
                 let why = format!("{p}: the region file is gone ({e})");
                 if !matches!(&*shown, Shown::Nothing(old, _) if *old == why) {
-                    eprintln!("edgemark: {why}; serving edgemark_region_ok 0 until a region is there again");
+                    eprintln!(
+                        "edgemark: {why}; serving edgemark_region_ok 0 until a region is there again"
+                    );
                 }
                 *shown = Shown::Nothing(why, None);
                 return None;
@@ -118,10 +120,10 @@ impl Source {
         };
         match &*shown {
             Shown::Region(rec, id) if *id == Some(now) => {
-                if matches!(rec.check(), Err(AttachError::Shrunk)) {
-                    if let Ok(again) = (self.reopen)() {
-                        *shown = Shown::Region(again, Some(now));
-                    }
+                if matches!(rec.check(), Err(AttachError::Shrunk))
+                    && let Ok(again) = (self.reopen)()
+                {
+                    *shown = Shown::Region(again, Some(now));
                 }
             }
             _ => {
@@ -199,7 +201,7 @@ impl Source {
 /// or fewer when its limit of open files (raised to the hard limit first,
 /// as far as needed) leaves less room.
 pub(crate) fn connection_limit() -> usize {
-    use rustix::process::{getrlimit, setrlimit, Resource};
+    use rustix::process::{Resource, getrlimit, setrlimit};
     // Room for the connections, the listener, standard streams, the
     // region's file and the runtime's own descriptors.
     let want = MAX_CONNECTIONS as u64 + 64;

@@ -197,16 +197,18 @@ fn every_command_refuses_missing_foreign_and_corrupt_files_with_one_line() {
     )
     .unwrap();
     let corrupt = dir.path().join("corrupt.region");
-    assert!(edgemark(&[
-        "create",
-        corrupt.to_str().unwrap(),
-        "--edge",
-        "0->1",
-        "--slots",
-        "4"
-    ])
-    .status
-    .success());
+    assert!(
+        edgemark(&[
+            "create",
+            corrupt.to_str().unwrap(),
+            "--edge",
+            "0->1",
+            "--slots",
+            "4"
+        ])
+        .status
+        .success()
+    );
     poke(&corrupt, 4, 1 << 40); // the slot count
     let empty = dir.path().join("empty.region");
     std::fs::write(&empty, b"").unwrap();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use edgemark::export::{self, Format};
 use edgemark::{Edge, Event::*, Mark, Recorder};
-use http::{http_get, Exporter};
+use http::{Exporter, http_get};
 use serde_json::Value;
 
 /// The value of the one sample `name{labels}` in a scrape.
@@ -165,7 +165,9 @@ fn the_encoding_runs_in_the_owners_process_and_sees_new_closes() {
     let sum = format!("edgemark_boundary_elapsed_seconds_sum{labels}");
     assert_eq!(sample(&text, &sum), 0.007);
     let bucket = |le: &str| {
-        format!("edgemark_boundary_elapsed_seconds_bucket{{le=\"{le}\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}}")
+        format!(
+            "edgemark_boundary_elapsed_seconds_bucket{{le=\"{le}\",edge=\"0->1\",event=\"producer_first_nonempty_emit\"}}"
+        )
     };
     assert_eq!(
         (

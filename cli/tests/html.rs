@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Bins of every histogram on the page.
 const BINS: usize = 20;

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use edgemark::Recorder;
-use http::{assert_full_metrics, connect, read_reply, request, scrape, Exporter};
+use http::{Exporter, assert_full_metrics, connect, read_reply, request, scrape};
 
 /// A region with one closed request and one open one, served.
 fn served() -> (tempfile::TempDir, Exporter) {
@@ -69,10 +69,12 @@ fn a_scrape_answers_with_every_metric_in_the_classic_text_format() {
     .unwrap();
     let open_metrics = read_reply(&mut BufReader::new(s), true);
     assert_eq!(open_metrics.status, "HTTP/1.1 200 OK");
-    assert!(open_metrics
-        .header("content-type")
-        .unwrap()
-        .starts_with("application/openmetrics-text; version=1.0.0"));
+    assert!(
+        open_metrics
+            .header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text; version=1.0.0")
+    );
     assert!(open_metrics.body.ends_with("# EOF\n"));
     assert_eq!(
         request(server.addr, "GET", "/nope").status,
@@ -233,7 +235,7 @@ fn idle_connections_do_not_starve_scrapes() {
 /// Raises this process's limit of open files to at least `want`, or panics
 /// saying why it cannot.
 fn raise_open_files(want: u64) {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     if limit.current.is_none_or(|c| c >= want) {
         return;

@@ -257,12 +257,14 @@ fn a_viewer_with_read_permission_alone_inspects_and_exports() {
             .segment_index(),
         0
     );
-    assert!(owner
-        .snapshot(t)
-        .segment(Edge::new(0, 1), 0)
-        .unwrap()
-        .elapsed_ms(Event::ConsumerFirstAccept)
-        .is_none());
+    assert!(
+        owner
+            .snapshot(t)
+            .segment(Edge::new(0, 1), 0)
+            .unwrap()
+            .elapsed_ms(Event::ConsumerFirstAccept)
+            .is_none()
+    );
 }
 
 #[test]

@@ -2,12 +2,14 @@
 //! reclaim, each under the slot's control lock (the head word), and the
 //! histogram update of the close that ends a request.
 
-use super::{Proto, RawSegment, RawSnapshot, Request, Values};
+use super::{Occupant, Proto, ReadInto, SegmentRead, Values};
 use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED};
 use crate::outcome::Outcome;
 use crate::report::Owner;
-use crate::sync::{fence, spin_step, Ordering};
-use crate::word::{self, SlotState};
+use crate::schema::MAX_EVENTS;
+use crate::sync::{Ordering, fence, spin_step};
+use crate::word::{self, CellWord, HeadWord, SegmentWord, SlotState};
+use smallvec::SmallVec;
 
 /// How many rounds a control operation waits for another one on the same
 /// slot before giving up with [`Outcome::Busy`]: with `spin_step`'s
@@ -28,15 +30,15 @@ pub(crate) enum Reclaimed {
     },
 }
 
-/// What [`Proto::close`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Closed {
-    /// The final values, collected as the cells were sealed.
-    pub(crate) raw: RawSnapshot,
-    /// Whether this call freed the slot. False when a reclaim took the slot
-    /// over mid-way: the snapshot may lack what the reclaim sealed first,
-    /// and the request must not be counted twice.
-    pub(crate) freed: bool,
+/// What [`Proto::close`] did, when it took the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// This call closed the request and freed the slot: the request is to
+    /// be counted (once, by this call).
+    Freed,
+    /// A reclaim took the slot over mid-way: the final values may lack what
+    /// the reclaim sealed first, and the request must not be counted twice.
+    TakenOver,
 }
 
 /// Whether a control operation that finds the slot held by another may take
@@ -65,30 +67,30 @@ impl Proto<'_> {
     /// in use.
     /// `owner` is the process identity stored for reclaim; `holder` names
     /// the calling thread in the head while it lays the slot out.
-    pub(crate) fn begin(&self, origin_ns: u64, owner: Owner, holder: u32) -> Option<Request> {
+    pub(crate) fn begin(&self, origin_ns: u64, owner: Owner, holder: u32) -> Option<Occupant> {
         let l = self.layout;
         // Relaxed: the cursor only spreads requests over the slots; the head
         // CAS below decides ownership.
         let start = self.w(H_CURSOR).fetch_add(1, Ordering::Relaxed);
         for i in 0..u64::from(l.slots) {
             let slot = ((start.wrapping_add(i)) % u64::from(l.slots)) as u32;
-            let head = self.w(l.head(slot));
+            let head = self.head(slot);
             // Relaxed: a hint; the CAS re-validates the word.
             let h = head.load(Ordering::Relaxed);
-            let Some(d) = word::decode_head(h) else {
+            let Some(d) = h.decode() else {
                 continue;
             };
             if d.state != SlotState::Free {
                 continue;
             }
-            let gen = word::next_gen(d.gen);
+            let generation = word::next_generation(d.generation);
             // Acquire: pairs with the Release store of `Free` at the end of
             // `close`, so that close's seals happen before the stores below.
             // Relaxed on failure: we move on to the next slot.
             if head
                 .compare_exchange(
                     h,
-                    word::head_held(gen, SlotState::Beginning, holder),
+                    HeadWord::held(generation, SlotState::Beginning, holder),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 )
@@ -110,48 +112,61 @@ impl Proto<'_> {
             self.w(l.owner_start(slot))
                 .store(owner.start_ticks, Ordering::Relaxed);
             for edge in 0..l.edges as usize {
-                self.w(l.entry(slot, edge, 0))
-                    .store(word::seg(0, 0), Ordering::Relaxed);
+                self.entry(slot, edge, 0)
+                    .store(SegmentWord::new(0, 0), Ordering::Relaxed);
                 for ev in 0..l.events as usize {
-                    self.w(l.cell(slot, edge, 0, ev))
-                        .store(word::empty(gen, 0), Ordering::Relaxed);
+                    self.cell(slot, edge, 0, ev)
+                        .store(CellWord::empty(generation, 0), Ordering::Relaxed);
                 }
                 // Release: publishes the origin and the laid cells to writers;
                 // pairs with the Acquire load of the segment word in `record`.
-                self.w(l.seg(slot, edge))
-                    .store(word::seg(0, 0), Ordering::Release);
+                self.segment(slot, edge)
+                    .store(SegmentWord::new(0, 0), Ordering::Release);
             }
             // Release: publishes the whole slot; pairs with the Acquire loads
             // of the head in `snapshot`, `close` and `start_segment`. A CAS
             // from the exact word we hold, not a store: if a reclaim took
             // the slot from us (it judged us dead), we must not roll its
             // head back. Relaxed on failure: we give the slot up.
-            if self.unlock(slot, gen, SlotState::Beginning, holder, SlotState::Open) {
-                return Some(Request { slot, gen });
+            if self.unlock(
+                slot,
+                generation,
+                SlotState::Beginning,
+                holder,
+                SlotState::Open,
+            ) {
+                return Some(Occupant { slot, generation });
             }
         }
         None
     }
 
-    /// Ends a control operation: `from(gen, holder)` to `to(gen)`, by CAS
+    /// Ends a control operation: `from(generation, holder)` to `to(generation)`, by CAS
     /// from the exact word held. False if another party took the lock over
     /// (a reclaim or close that judged the holder dead); then nothing is
     /// stored.
-    fn unlock(&self, slot: u32, gen: u32, from: SlotState, holder: u32, to: SlotState) -> bool {
+    fn unlock(
+        &self,
+        slot: u32,
+        generation: u32,
+        from: SlotState,
+        holder: u32,
+        to: SlotState,
+    ) -> bool {
         // Release: ends the control operation; pairs with the next lock's
         // Acquire and with snapshots' Acquire loads of the head. Relaxed on
         // failure: nothing was written.
-        self.w(self.layout.head(slot))
+        self.head(slot)
             .compare_exchange(
-                word::head_held(gen, from, holder),
-                word::head(gen, to),
+                HeadWord::held(generation, from, holder),
+                HeadWord::unlocked(generation, to),
                 Ordering::Release,
                 Ordering::Relaxed,
             )
             .is_ok()
     }
 
-    /// Takes the slot's control lock for `holder`, moving `Open(gen)` to `to`.
+    /// Takes the slot's control lock for `holder`, moving `Open(generation)` to `to`.
     ///
     /// While another operation holds the slot (`Segmenting`), waits a bounded
     /// time; with [`Takeover::IfDead`], if it says the holder is gone, takes
@@ -160,20 +175,20 @@ impl Proto<'_> {
     fn lock(
         &self,
         slot: u32,
-        gen: u32,
+        generation: u32,
         to: SlotState,
         holder: u32,
         takeover: Takeover<'_>,
     ) -> Lock {
-        let head = self.w(self.layout.head(slot));
+        let head = self.head(slot);
         for round in 0..LOCK_ROUNDS {
             // Acquire: pairs with the Release store that ended the previous
             // control operation (or `begin`), whose stores we build on.
             let h = head.load(Ordering::Acquire);
-            let Some(d) = word::decode_head(h) else {
+            let Some(d) = h.decode() else {
                 return Lock::Refused(Outcome::Corrupt);
             };
-            if d.gen != gen {
+            if d.generation != generation {
                 return Lock::Refused(Outcome::Reused);
             }
             // Acquire as above. From a dead holder the memory model gives us
@@ -183,7 +198,7 @@ impl Proto<'_> {
             let take = || {
                 head.compare_exchange(
                     h,
-                    word::head_held(gen, to, holder),
+                    HeadWord::held(generation, to, holder),
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 )
@@ -209,7 +224,7 @@ impl Proto<'_> {
                     spin_step(round);
                 }
                 SlotState::Free | SlotState::Closing | SlotState::Beginning => {
-                    return Lock::Refused(Outcome::Closed)
+                    return Lock::Refused(Outcome::Closed);
                 }
             }
         }
@@ -219,26 +234,30 @@ impl Proto<'_> {
     /// Starts segment `index` on `edge`, fencing the current one.
     pub(crate) fn start_segment(
         &self,
-        req: Request,
+        req: Occupant,
         edge: usize,
         index: u32,
         holder: u32,
     ) -> Outcome {
-        let Request { slot, gen } = req;
+        let Occupant { slot, generation } = req;
         let l = self.layout;
         // No takeover here: a start that died half-way may have half-relaid
         // an entry, which only close's seal of the whole slot repairs. A
         // start that finds a dead holder gives up with `Busy`; close then
         // takes the slot over.
-        if let Lock::Refused(why) =
-            self.lock(slot, gen, SlotState::Segmenting, holder, Takeover::Never)
-        {
+        if let Lock::Refused(why) = self.lock(
+            slot,
+            generation,
+            SlotState::Segmenting,
+            holder,
+            Takeover::Never,
+        ) {
             return self.count(why);
         }
-        let seg_word = self.w(l.seg(slot, edge));
+        let seg_word = self.segment(slot, edge);
         // Relaxed: we hold the control lock, and only its holder writes the
         // segment word; the lock's Acquire made the last store visible.
-        let cur = word::decode_seg(seg_word.load(Ordering::Relaxed));
+        let cur = seg_word.load(Ordering::Relaxed).decode();
         let outcome = match cur {
             None => Outcome::Corrupt,
             Some(cur) if index <= cur.index => Outcome::StaleSegment,
@@ -251,8 +270,8 @@ impl Proto<'_> {
                     self.w(H_DROPPED).fetch_add(1, Ordering::Relaxed);
                 }
                 // Relaxed: ordered before the Release cell stores below.
-                self.w(l.entry(slot, edge, entry))
-                    .store(word::seg(count, index), Ordering::Relaxed);
+                self.entry(slot, edge, entry)
+                    .store(SegmentWord::new(count, index), Ordering::Relaxed);
                 for ev in 0..l.events as usize {
                     // Release: a snapshot that reads a relaid cell (Acquire)
                     // then also sees the new entry word, and skips the entry.
@@ -261,16 +280,22 @@ impl Proto<'_> {
                     // in the cell's modification order in a way loom checks
                     // strictly (it under-constrains a plain store racing a
                     // CAS). The value it returns is the evicted segment's.
-                    self.w(l.cell(slot, edge, entry, ev))
-                        .swap(word::empty(gen, count), Ordering::Release);
+                    self.cell(slot, edge, entry, ev)
+                        .swap(CellWord::empty(generation, count), Ordering::Release);
                 }
                 // Release: pairs with the Acquire load in `record`; writers
                 // of the new segment find its cells laid.
-                seg_word.store(word::seg(count, index), Ordering::Release);
+                seg_word.store(SegmentWord::new(count, index), Ordering::Release);
                 Outcome::Started
             }
         };
-        if !self.unlock(slot, gen, SlotState::Segmenting, holder, SlotState::Open) {
+        if !self.unlock(
+            slot,
+            generation,
+            SlotState::Segmenting,
+            holder,
+            SlotState::Open,
+        ) {
             // Taken over by a close or reclaim that judged us dead: it sealed
             // the slot, so the segment we started records nothing.
             return self.count(Outcome::Closed);
@@ -278,69 +303,78 @@ impl Proto<'_> {
         self.count(outcome)
     }
 
-    /// Closes the request: seals every kept cell, collects the final values,
-    /// frees the slot. `None` if the token's request is not open.
+    /// Closes the request: seals every kept cell, collects the final values
+    /// into `into` (read as a snapshot reads them, [`ReadInto`]), frees the
+    /// slot.
     ///
-    /// `Ok` with [`Closed::freed`] true when this call closed it, false when
-    /// a reclaim took the slot over mid-way (the snapshot may lack what the
-    /// reclaim sealed first, and the request is not counted twice);
-    /// `Err(Busy)` when a live control operation held the slot for the whole
-    /// bounded wait (the request is still open: close again).
+    /// `Ok` when this call took the slot ([`Closed`] says whether it freed
+    /// it); `Err(Busy)` when a live control operation held the slot for the
+    /// whole bounded wait (the request is still open: close again); another
+    /// `Err` when the token's request is not open (`into` untouched).
     pub(crate) fn close(
         &self,
-        req: Request,
+        req: Occupant,
         holder: u32,
         holder_alive: &dyn Fn(u32) -> bool,
+        into: &mut impl ReadInto,
     ) -> Result<Closed, Outcome> {
-        let Request { slot, gen } = req;
+        let Occupant { slot, generation } = req;
         // Only close takes a lock over from a dead holder: it seals the whole
         // slot whatever state the holder left (see `seal_and_free`).
         let takeover = Takeover::IfDead(holder_alive);
-        match self.lock(slot, gen, SlotState::Closing, holder, takeover) {
+        match self.lock(slot, generation, SlotState::Closing, holder, takeover) {
             Lock::Held | Lock::TookOver => {}
             Lock::Refused(Outcome::Busy) => return Err(self.count(Outcome::Busy)),
             Lock::Refused(why) => return Err(why),
         }
-        Ok(self.seal_and_free(slot, gen, holder))
+        Ok(self.seal_and_free(slot, generation, holder, into))
     }
 
     /// The second half of close, for the holder of the slot's `Closing`
-    /// lock: seals every kept cell, collects the values, frees the slot.
-    /// [`Closed::freed`] says whether this holder freed it (no one took
-    /// over).
-    fn seal_and_free(&self, slot: u32, gen: u32, holder: u32) -> Closed {
+    /// lock: seals every kept cell, hands what each kept segment held to
+    /// `into`, frees the slot. [`Closed`] says whether this holder freed it
+    /// (no one took over).
+    fn seal_and_free(
+        &self,
+        slot: u32,
+        generation: u32,
+        holder: u32,
+        into: &mut impl ReadInto,
+    ) -> Closed {
         let l = self.layout;
-        let mut snap = RawSnapshot::default();
+        let events = (l.events as usize).min(MAX_EVENTS);
+        into.start();
         for edge in 0..l.edges as usize {
             // Relaxed: stable while we hold the lock; see `start_segment`.
-            let Some(cur) = word::decode_seg(self.w(l.seg(slot, edge)).load(Ordering::Relaxed))
-            else {
-                snap.corrupt = true;
+            let Some(cur) = self.segment(slot, edge).load(Ordering::Relaxed).decode() else {
+                into.corrupt();
                 continue;
             };
-            snap.dropped += u64::from((cur.count + 1).saturating_sub(l.segments));
+            let dropped = (cur.count + 1).saturating_sub(l.segments);
+            if dropped > 0 {
+                into.dropped(u64::from(dropped));
+            }
             for count in l.window(cur.count) {
                 let entry = l.ring(count);
                 // Relaxed: stable while we hold the lock.
-                let ew =
-                    word::decode_seg(self.w(l.entry(slot, edge, entry)).load(Ordering::Relaxed));
-                let mut seg = RawSegment {
-                    edge,
-                    index: ew.map_or(0, |e| e.index),
-                    values: Values::new(),
-                    corrupt: ew.is_none_or(|e| e.count != count),
-                };
-                for ev in 0..l.events as usize {
+                let ew = self
+                    .entry(slot, edge, entry)
+                    .load(Ordering::Relaxed)
+                    .decode();
+                let mut cells = [CellWord::NONE; MAX_EVENTS];
+                for (ev, cell) in cells.iter_mut().enumerate().take(events) {
                     // AcqRel: Acquire pairs with the writers' Release CAS (we
                     // collect their values); Release orders our `Closing`
                     // head word before the seal, for snapshots that read it.
-                    let old = self
-                        .w(l.cell(slot, edge, entry, ev))
-                        .swap(word::sealed(gen, count), Ordering::AcqRel);
-                    seg.push_cell(old);
+                    *cell = self
+                        .cell(slot, edge, entry, ev)
+                        .swap(CellWord::sealed(generation, count), Ordering::AcqRel);
                 }
-                snap.corrupt |= seg.corrupt;
-                snap.segments.push(seg);
+                // Unlike a snapshot, which skips an entry whose word names
+                // another count, close hands over what it sealed, flagged.
+                let mut read = SegmentRead::of_cells(cells, events);
+                read.corrupt |= ew.is_none_or(|e| e.count != count);
+                into.segment(edge, ew.map_or(0, |e| e.index), read);
             }
             // Then every entry outside the window: a holder that died may
             // have laid cells there (begin's entry 0, or a start that never
@@ -354,16 +388,25 @@ impl Proto<'_> {
                 }
                 for ev in 0..l.events as usize {
                     // AcqRel: as for the kept cells.
-                    self.w(l.cell(slot, edge, entry, ev))
-                        .swap(word::sealed(gen, 0), Ordering::AcqRel);
+                    self.cell(slot, edge, entry, ev)
+                        .swap(CellWord::sealed(generation, 0), Ordering::AcqRel);
                 }
             }
         }
         // Release (in `unlock`): pairs with the Acquire CAS in `begin`: the
         // next occupant's cell stores come after our seals in every cell's
         // modification order.
-        let freed = self.unlock(slot, gen, SlotState::Closing, holder, SlotState::Free);
-        Closed { raw: snap, freed }
+        if self.unlock(
+            slot,
+            generation,
+            SlotState::Closing,
+            holder,
+            SlotState::Free,
+        ) {
+            Closed::Freed
+        } else {
+            Closed::TakenOver
+        }
     }
 
     /// Frees `slot` if the process that holds it is dead: the owner of an
@@ -382,13 +425,12 @@ impl Proto<'_> {
         owner_alive: impl Fn(Owner) -> bool,
         holder_alive: impl Fn(u32) -> bool,
     ) -> Option<Reclaimed> {
-        let l = self.layout;
-        let head = self.w(l.head(slot));
+        let head = self.head(slot);
         // Acquire: pairs with begin's Release store of `Open`, so the owner
         // words below are this request's (or a later one's: then its owner
         // is alive, or the CAS below fails).
         let h = head.load(Ordering::Acquire);
-        let d = word::decode_head(h)?;
+        let d = h.decode()?;
         let kind = match d.state {
             SlotState::Free => return None,
             SlotState::Open => {
@@ -413,14 +455,15 @@ impl Proto<'_> {
         // on since we judged it. Relaxed on failure: nothing to do.
         head.compare_exchange(
             h,
-            word::head_held(d.gen, SlotState::Closing, me),
+            HeadWord::held(d.generation, SlotState::Closing, me),
             Ordering::Acquire,
             Ordering::Relaxed,
         )
         .ok()?;
         // `seal_and_free` seals every entry, kept or not, so whatever a dead
         // holder left half-laid is fenced too.
-        if !self.seal_and_free(slot, d.gen, me).freed {
+        // The request's values are discarded.
+        if self.seal_and_free(slot, d.generation, me, &mut Discard) != Closed::Freed {
             return None;
         }
         // Relaxed: a statistics counter.
@@ -428,22 +471,24 @@ impl Proto<'_> {
         Some(kind)
     }
 
-    /// Adds a closed request's final values to the histograms and counts it.
-    /// Only the close that freed the slot calls it, so each request is
-    /// counted once. Nothing here runs on the record path.
-    pub(crate) fn account_closed(&self, snap: &RawSnapshot) {
+    /// Adds a closed request's final values to the histograms and counts it:
+    /// `segments` are its sound kept segments (edge, values), as its close
+    /// read them. Only the close that freed the slot calls it, so each
+    /// request is counted once. Nothing here runs on the record path.
+    pub(crate) fn account_closed<'v>(&self, segments: impl Iterator<Item = (usize, &'v Values)>) {
         let events = self.layout.events as usize;
-        for seg in snap.segments.iter().filter(|s| !s.corrupt) {
-            for (ev, v) in seg.values.iter().enumerate() {
+        for (edge, values) in segments {
+            for (ev, v) in values.iter().enumerate() {
                 if let Some(v) = v {
-                    self.observe(seg.edge, ev, v.elapsed_us);
+                    self.observe(edge, ev, v.elapsed_us);
                 }
             }
             for ev in 0..events.saturating_sub(1) {
-                if let (Some(a), Some(b)) = (seg.values.get(ev), seg.values.get(ev + 1)) {
-                    if a.domain == b.domain && b.elapsed_us >= a.elapsed_us {
-                        self.observe(seg.edge, events + ev, b.elapsed_us - a.elapsed_us);
-                    }
+                if let (Some(a), Some(b)) = (values.get(ev), values.get(ev + 1))
+                    && a.domain == b.domain
+                    && b.elapsed_us >= a.elapsed_us
+                {
+                    self.observe(edge, events + ev, b.elapsed_us - a.elapsed_us);
                 }
             }
         }
@@ -454,14 +499,12 @@ impl Proto<'_> {
     /// Adds one value (or delta) in microseconds to histogram `metric` of
     /// `edge`.
     fn observe(&self, edge: usize, metric: usize, us: u64) {
-        let base = self.layout.hist(edge, metric);
+        let h = self.layout.hist(edge, metric);
         // Relaxed: independent statistics counters; readers need no order
         // among them (a scrape may see a count one ahead of its sum).
-        self.w(base + bucket(us)).fetch_add(1, Ordering::Relaxed);
-        self.w(base + BUCKETS_MS.len() + 1)
-            .fetch_add(us, Ordering::Relaxed);
-        self.w(base + BUCKETS_MS.len() + 2)
-            .fetch_add(1, Ordering::Relaxed);
+        self.w(h.bucket(bucket(us))).fetch_add(1, Ordering::Relaxed);
+        self.w(h.sum_us()).fetch_add(us, Ordering::Relaxed);
+        self.w(h.count()).fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -482,4 +525,45 @@ fn bucket(us: u64) -> usize {
         .iter()
         .position(|b| us <= *b)
         .unwrap_or(BUCKET_US.len())
+}
+
+/// The sound segments of a closed request that hold a value, as its
+/// close read them ([`ReadInto`]): what [`Proto::account_closed`] adds to
+/// the histograms. A segment with a corrupt cell or entry word is left
+/// out.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    segments: SmallVec<[(usize, Values); 2]>,
+}
+
+impl Tally {
+    /// The segments: (edge, values).
+    pub(crate) fn segments(&self) -> impl Iterator<Item = (usize, &Values)> {
+        self.segments.iter().map(|(edge, values)| (*edge, values))
+    }
+}
+
+impl ReadInto for Tally {
+    fn start(&mut self) {
+        self.segments.clear();
+    }
+    fn corrupt(&mut self) {}
+    fn dropped(&mut self, _: u64) {}
+    fn segment(&mut self, edge: usize, _: u32, read: SegmentRead) {
+        if !read.corrupt && read.domains != 0 {
+            self.segments.push((edge, read.values));
+        }
+    }
+}
+
+/// A read that keeps nothing: a reclaim, and a begin that faulted, discard
+/// the request's values.
+#[derive(Debug)]
+pub(crate) struct Discard;
+
+impl ReadInto for Discard {
+    fn start(&mut self) {}
+    fn corrupt(&mut self) {}
+    fn dropped(&mut self, _: u64) {}
+    fn segment(&mut self, _: usize, _: u32, _: SegmentRead) {}
 }

@@ -5,7 +5,8 @@
 //! close, `read.rs` the readers (snapshot, the sweep of open slots).
 //! Nothing here knows whether the words live in a shared mapping or on the
 //! heap (the loom models run this code over heap storage). Offsets come from
-//! [`Layout`], word packings from [`crate::word`].
+//! [`Layout`], word packings from [`crate::word`] (a region word is
+//! reached as its packed type through [`At`]).
 //!
 //! # Protocol
 //!
@@ -54,25 +55,27 @@ mod control;
 mod read;
 mod record;
 
-pub(crate) use control::{Closed, Reclaimed};
-pub(crate) use read::{Found, ReadInto, SegmentRead};
+pub(crate) use control::{Closed, Discard, Reclaimed, Tally};
+pub(crate) use read::{Both, Found, ReadInto, SegmentRead};
 
-use crate::layout::{Layout, H_COUNTERS};
+use core::marker::PhantomData;
+
+use crate::layout::{H_COUNTERS, Layout};
 use crate::outcome::Outcome;
 use crate::schema::MAX_EVENTS;
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{self, Cell, Value};
+use crate::word::{CellWord, HeadWord, Packed, Recorded, SegmentWord};
 use smallvec::SmallVec;
 
 /// The values of one edge segment, one per schema event: each a value word
-/// as read from the region, or 0 where nothing was recorded. Up to
-/// [`INLINE_EVENTS`] inline (no allocation; the default schema has four
-/// events), more on the heap; kept small because snapshots and sweeps move
-/// it around.
+/// as read from the region, or [`CellWord::NONE`] where nothing was
+/// recorded. Up to [`INLINE_EVENTS`] inline (no allocation; the default
+/// schema has four events), more on the heap; kept small because snapshots
+/// and sweeps move it around.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Values {
-    /// At most `MAX_EVENTS` words.
-    words: SmallVec<[u64; INLINE_EVENTS]>,
+    /// At most `MAX_EVENTS` words, each a value word or `NONE`.
+    words: SmallVec<[CellWord; INLINE_EVENTS]>,
 }
 
 impl Clone for Values {
@@ -83,67 +86,35 @@ impl Clone for Values {
     }
 }
 
-/// Kept segments (over all edges) a [`RawSnapshot`] holds without
-/// allocating: one on each of four edges, or the default window of four on
-/// one.
-pub(crate) const INLINE_SEGMENTS: usize = 4;
-
 /// Events whose values a segment holds without allocating.
 pub(crate) const INLINE_EVENTS: usize = 4;
 const _: () = assert!(INLINE_EVENTS <= MAX_EVENTS);
 
 impl Values {
-    pub(crate) fn new() -> Values {
-        Values {
-            words: SmallVec::new(),
-        }
-    }
-    /// Appends one event's value (`None`: not recorded).
-    pub(crate) fn push(&mut self, v: Option<Value>) {
-        // The layout validated at most MAX_EVENTS events.
-        if self.words.len() < MAX_EVENTS {
-            self.words
-                .push(v.map_or(0, |v| word::value(v.domain, v.chunk_seq, v.elapsed_us)));
-        }
-    }
-    /// The values of the first `len` of `cells`, one cell word per event
-    /// as read from the region, decoded in place (the rest of `cells` must
-    /// be zero); and whether a cell held bits edgemark never writes. The
-    /// decoding is [`RawSegment::push_cell`]'s. Fixed-size copies only: a
-    /// copy of a length known at run time is a call to `memcpy`.
+    /// Values holding the first `len` of `cells`, already kept
+    /// ([`CellWord::kept`]; the rest `NONE`). Fixed-size copies only: a copy
+    /// of a length known at run time is a call to `memcpy`.
     #[inline]
-    pub(crate) fn from_cells(cells: &mut [u64; MAX_EVENTS], len: usize) -> (Values, bool) {
-        let len = len.min(MAX_EVENTS);
-        let mut corrupt = false;
-        for cell in &mut cells[..len] {
-            match word::decode(*cell) {
-                Cell::Value(_) => {}
-                Cell::Empty { .. } | Cell::Sealed => *cell = 0,
-                Cell::Corrupt => {
-                    corrupt = true;
-                    *cell = 0;
-                }
-            }
-        }
-        let values = if len <= INLINE_EVENTS {
-            let mut buf = [0u64; INLINE_EVENTS];
+    fn from_kept<const N: usize>(cells: &[CellWord; N], len: usize) -> Values {
+        let len = len.min(N).min(MAX_EVENTS);
+        if N == INLINE_EVENTS {
+            let mut buf = [CellWord::NONE; INLINE_EVENTS];
             buf.copy_from_slice(&cells[..INLINE_EVENTS]);
             Values {
                 words: SmallVec::from_buf_and_len(buf, len),
             }
         } else {
             Values::from_words(&cells[..len])
-        };
-        (values, corrupt)
+        }
     }
 
     /// Values holding `words` (at most `MAX_EVENTS`), built in one piece
     /// (no append loop) and inline when they fit.
     #[inline]
-    fn from_words(words: &[u64]) -> Values {
+    fn from_words(words: &[CellWord]) -> Values {
         let words = &words[..words.len().min(MAX_EVENTS)];
         if words.len() <= INLINE_EVENTS {
-            let mut buf = [0u64; INLINE_EVENTS];
+            let mut buf = [CellWord::NONE; INLINE_EVENTS];
             buf[..words.len()].copy_from_slice(words);
             Values {
                 words: SmallVec::from_buf_and_len(buf, words.len()),
@@ -158,54 +129,31 @@ impl Values {
         self.words.len()
     }
     /// Event `i`'s value.
-    pub(crate) fn get(&self, i: usize) -> Option<Value> {
-        if i >= self.len() {
-            return None;
-        }
-        match word::decode(self.words[i]) {
-            Cell::Value(v) => Some(v),
-            _ => None,
-        }
+    pub(crate) fn get(&self, i: usize) -> Option<Recorded> {
+        self.words.get(i)?.recorded()
     }
     pub(crate) fn clear(&mut self, i: usize) {
-        if i < self.len() {
-            self.words[i] = 0;
+        if let Some(w) = self.words.get_mut(i) {
+            *w = CellWord::NONE;
         }
     }
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<Value>> + '_ {
-        (0..self.len()).map(|i| self.get(i))
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<Recorded>> + '_ {
+        self.words.iter().map(|w| w.recorded())
+    }
+    /// Bit `d` set for each clock domain `d` a value was recorded in.
+    #[inline]
+    pub(crate) fn domains(&self) -> u32 {
+        self.words.iter().fold(0, |d, w| d | w.domain_bit())
     }
     /// Whether every recorded value's clock domain has its bit in `mask`
     /// (bit `i` for domain `i`).
     #[inline]
     pub(crate) fn all_in(&self, mask: u32) -> bool {
-        self.words
-            .iter()
-            .all(|&w| word::value_domain(w).is_none_or(|d| mask & (1 << (d & 31)) != 0))
+        self.domains() & !mask == 0
     }
     pub(crate) fn any(&self) -> bool {
-        self.words[..self.len()].iter().any(|w| *w != 0)
+        self.words.iter().any(|w| *w != CellWord::NONE)
     }
-}
-
-/// One kept segment of one edge, as read from the region.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RawSegment {
-    pub(crate) edge: usize,
-    pub(crate) index: u32,
-    /// One entry per schema event.
-    pub(crate) values: Values,
-    pub(crate) corrupt: bool,
-}
-
-/// What a snapshot or close read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RawSnapshot {
-    /// Inline up to [`INLINE_SEGMENTS`]: reading a request with no more
-    /// kept segments than that allocates nothing.
-    pub(crate) segments: SmallVec<[RawSegment; INLINE_SEGMENTS]>,
-    pub(crate) dropped: u64,
-    pub(crate) corrupt: bool,
 }
 
 /// The protocol's view of a region: its words and their geometry.
@@ -218,35 +166,51 @@ pub(crate) struct Proto<'a> {
 /// A request's place in the region: its slot and the slot's generation
 /// while the request holds it (a token without the region ID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Request {
+pub(crate) struct Occupant {
     pub(crate) slot: u32,
-    pub(crate) gen: u32,
+    pub(crate) generation: u32,
 }
 
-impl RawSnapshot {
-    /// Empties the snapshot, keeping its segments' storage.
-    pub(crate) fn clear(&mut self) {
-        self.segments.clear();
-        self.dropped = 0;
-        self.corrupt = false;
+/// An atomic word of the region seen as the packed word type `W`: the
+/// one place where a packed word becomes bits and back.
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a, W> {
+    word: &'a AtomicU64,
+    packing: PhantomData<W>,
+}
+
+impl<'a, W: Packed> At<'a, W> {
+    #[inline(always)]
+    fn new(word: &'a AtomicU64) -> At<'a, W> {
+        At {
+            word,
+            packing: PhantomData,
+        }
     }
-}
-
-impl RawSegment {
-    /// Appends the value a cell word read by a snapshot or a seal holds: a
-    /// value word is kept; an empty or sealed word is "not recorded"; bits
-    /// edgemark never writes are "not recorded" and mark the segment
-    /// corrupt. The one decoding of cells into values that snapshots and
-    /// close share.
-    fn push_cell(&mut self, cell: u64) {
-        self.values.push(match word::decode(cell) {
-            Cell::Value(v) => Some(v),
-            Cell::Empty { .. } | Cell::Sealed => None,
-            Cell::Corrupt => {
-                self.corrupt = true;
-                None
-            }
-        });
+    #[inline(always)]
+    pub(crate) fn load(self, order: Ordering) -> W {
+        W::from_bits(self.word.load(order))
+    }
+    #[inline(always)]
+    pub(crate) fn store(self, w: W, order: Ordering) {
+        self.word.store(w.bits(), order)
+    }
+    #[inline(always)]
+    pub(crate) fn swap(self, w: W, order: Ordering) -> W {
+        W::from_bits(self.word.swap(w.bits(), order))
+    }
+    #[inline(always)]
+    pub(crate) fn compare_exchange(
+        self,
+        current: W,
+        new: W,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<W, W> {
+        self.word
+            .compare_exchange(current.bits(), new.bits(), success, failure)
+            .map(W::from_bits)
+            .map_err(W::from_bits)
     }
 }
 
@@ -254,6 +218,30 @@ impl<'a> Proto<'a> {
     #[inline]
     fn w(&self, i: usize) -> &'a AtomicU64 {
         &self.words[i]
+    }
+
+    /// The head word of `slot`.
+    #[inline]
+    fn head(&self, slot: u32) -> At<'a, HeadWord> {
+        At::new(self.w(self.layout.head(slot)))
+    }
+
+    /// The segment word of `edge` in `slot`.
+    #[inline]
+    fn segment(&self, slot: u32, edge: usize) -> At<'a, SegmentWord> {
+        At::new(self.w(self.layout.seg(slot, edge)))
+    }
+
+    /// The entry word of ring entry `entry` of `edge` in `slot`.
+    #[inline]
+    fn entry(&self, slot: u32, edge: usize, entry: usize) -> At<'a, SegmentWord> {
+        At::new(self.w(self.layout.entry(slot, edge, entry)))
+    }
+
+    /// The cell of `event` in ring entry `entry` of `edge` in `slot`.
+    #[inline]
+    fn cell(&self, slot: u32, edge: usize, entry: usize, event: usize) -> At<'a, CellWord> {
+        At::new(self.w(self.layout.cell(slot, edge, entry, event)))
     }
 
     /// Counts a refusal in the header (statistics only, hence `Relaxed`).

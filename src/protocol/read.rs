@@ -1,13 +1,11 @@
 //! The readers: a snapshot of one open request and the sweep of open
 //! slots. Nothing here writes the region.
 
-use smallvec::SmallVec;
-
-use super::{Proto, RawSegment, RawSnapshot, Request, Values, INLINE_EVENTS};
+use super::{At, INLINE_EVENTS, Occupant, Proto, Values};
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{self, SlotState};
+use crate::word::{CellWord, HeadWord};
 
 /// What a read of one request is built into, as it is read: the reader
 /// hands each kept segment straight to its destination (a snapshot refilled
@@ -30,8 +28,9 @@ pub(crate) trait ReadInto {
 }
 
 /// What one kept segment holds, as read.
+#[derive(Clone, Debug)]
 pub(crate) struct SegmentRead {
-    /// One value word per schema event, 0 where nothing was recorded.
+    /// One value word per schema event, `NONE` where nothing was recorded.
     pub(crate) values: Values,
     /// Bit `d` set for each clock domain `d` a value was recorded in: 0
     /// when nothing was recorded.
@@ -41,121 +40,76 @@ pub(crate) struct SegmentRead {
 }
 
 impl SegmentRead {
-    /// The read of `values` (which come from a cell decoding, as a close's
-    /// seal collects them), whose cells were corrupt or not.
-    pub(crate) fn of(values: Values, corrupt: bool) -> SegmentRead {
-        let domains = values.words.iter().fold(0, |d, &w| d | domain_bit(w));
+    /// The read of the first `len` of `cells` (one cell word per event as
+    /// read from the region, the rest `NONE`), kept ([`CellWord::kept`])
+    /// in one pass with their domains and whether one was corrupt. The one
+    /// decoding of cells that snapshots, sweeps and close share.
+    #[inline]
+    pub(crate) fn of_cells<const N: usize>(mut cells: [CellWord; N], len: usize) -> SegmentRead {
+        let mut corrupt = false;
+        let mut domains = 0;
+        for cell in &mut cells {
+            let (kept, bad) = cell.kept();
+            *cell = kept;
+            corrupt |= bad;
+            domains |= kept.domain_bit();
+        }
         SegmentRead {
-            values,
+            values: Values::from_kept(&cells, len),
             domains,
             corrupt,
         }
     }
 }
 
-/// Bit `d` for a value word recorded in clock domain `d`; 0 for any other
-/// word.
-#[inline]
-fn domain_bit(w: u64) -> u32 {
-    word::value_domain(w).map_or(0, |d| 1 << (d & 31))
-}
+/// Two reads of one request at once: each gets every call (`A` a copy of
+/// each segment). A close reads its final values into the snapshot it
+/// returns and into a [`Tally`](super::Tally) for the histograms.
+#[derive(Debug)]
+pub(crate) struct Both<'a, A, B>(pub(crate) &'a mut A, pub(crate) &'a mut B);
 
-impl ReadInto for RawSnapshot {
+impl<A: ReadInto, B: ReadInto> ReadInto for Both<'_, A, B> {
     fn start(&mut self) {
-        self.clear();
+        self.0.start();
+        self.1.start();
     }
     fn corrupt(&mut self) {
-        self.corrupt = true;
+        self.0.corrupt();
+        self.1.corrupt();
     }
     fn dropped(&mut self, n: u64) {
-        self.dropped += n;
+        self.0.dropped(n);
+        self.1.dropped(n);
     }
     fn segment(&mut self, edge: usize, index: u32, read: SegmentRead) {
-        self.corrupt |= read.corrupt;
-        self.segments.push(RawSegment {
-            edge,
-            index,
-            values: read.values,
-            corrupt: read.corrupt,
-        });
+        self.0.segment(edge, index, read.clone());
+        self.1.segment(edge, index, read);
     }
 }
 
 /// The first `len` (at most `N`) of a kept entry's cells, in order, the
-/// rest zero.
+/// rest `NONE`.
 #[inline]
-fn load_cells<const N: usize>(cells: &[AtomicU64], len: usize) -> [u64; N] {
-    let mut out = [0u64; N];
+fn load_cells<const N: usize>(cells: &[AtomicU64], len: usize) -> [CellWord; N] {
+    let mut out = [CellWord::NONE; N];
     for (i, (v, cell)) in out.iter_mut().zip(cells).enumerate() {
         if i < len {
             // Acquire: pairs with the writers' Release CAS (the value
             // comes with the head as new as its request) and with
             // `start_segment`'s Release relay (a relaid cell comes with its
             // new entry word, checked after these loads).
-            *v = cell.load(Ordering::Acquire);
+            *v = At::<CellWord>::new(cell).load(Ordering::Acquire);
         }
     }
     out
-}
-
-/// A cell word as a snapshot keeps it, and whether it is corrupt:
-/// [`word::decode`]'s verdict without its fields, free of branches. A
-/// value word is kept; an empty or sealed word is 0, "not recorded"; bits
-/// edgemark never writes (kind `11`, or an empty or sealed word with bits
-/// above its epoch) are 0 and corrupt. [`Values::from_cells`]' decoding.
-#[inline]
-fn decode_cell(cell: u64) -> (u64, bool) {
-    let kind = cell >> 62;
-    let value = kind == 1;
-    let stray = cell & (0x3f << 56) != 0;
-    let corrupt = kind == 3 || (!value && stray);
-    (if value { cell } else { 0 }, corrupt)
-}
-
-impl SegmentRead {
-    /// [`Values::from_cells`] of a schema whose events fit inline: the
-    /// first `len` of `cells` (the rest zero), decoded, in one pass with
-    /// their domains.
-    #[inline]
-    fn from_inline_cells(mut cells: [u64; INLINE_EVENTS], len: usize) -> SegmentRead {
-        let mut corrupt = false;
-        let mut domains = 0;
-        for cell in &mut cells {
-            let (kept, bad) = decode_cell(*cell);
-            *cell = kept;
-            corrupt |= bad;
-            domains |= domain_bit(kept);
-        }
-        let words = SmallVec::from_buf_and_len(cells, len.min(INLINE_EVENTS));
-        SegmentRead {
-            values: Values { words },
-            domains,
-            corrupt,
-        }
-    }
 }
 
 /// An open request as a sweep found it: the request and the head word whose
 /// Acquire load showed it open.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Found {
-    pub(crate) req: Request,
-    head: u64,
-}
-
-/// Whether head word `h` is of an open request, one that snapshots read:
-/// `Open` (which has no holder, so the low half is the state alone) or
-/// `Segmenting` (held). What [`word::decode_head`] says of it, in two
-/// comparisons.
-#[inline]
-fn open_state(h: u64) -> bool {
-    h as u32 == word::head(0, SlotState::Open) as u32 || h as u8 == SlotState::Segmenting as u8
-}
-
-/// Whether head word `h` shows request generation `gen` open.
-#[inline]
-fn shows_open(h: u64, gen: u32) -> bool {
-    (h >> 32) as u32 == gen && open_state(h)
+    pub(crate) req: Occupant,
+    head: HeadWord,
 }
 
 impl<'a> Proto<'a> {
@@ -163,10 +117,10 @@ impl<'a> Proto<'a> {
     /// into `into`, built as it is read. `false` (and `into` meaningless)
     /// if the request is not open.
     #[inline]
-    pub(crate) fn snapshot_into(&self, req: Request, into: &mut impl ReadInto) -> bool {
+    pub(crate) fn snapshot_into(&self, req: Occupant, into: &mut impl ReadInto) -> bool {
         // Acquire: pairs with the Release head store of `begin` (and of each
         // control operation), so the slot's layout is visible.
-        let head = self.w(self.layout.head(req.slot)).load(Ordering::Acquire);
+        let head = self.head(req.slot).load(Ordering::Acquire);
         self.read_after_head(req, head, into)
     }
 
@@ -182,9 +136,9 @@ impl<'a> Proto<'a> {
     /// gave `head`: each edge's segment word, each kept entry (its entry
     /// word before and after its cells), then the head again.
     #[inline]
-    fn read_after_head(&self, req: Request, head: u64, into: &mut impl ReadInto) -> bool {
-        let Request { slot, gen } = req;
-        if !shows_open(head, gen) {
+    fn read_after_head(&self, req: Occupant, head: HeadWord, into: &mut impl ReadInto) -> bool {
+        let Occupant { slot, generation } = req;
+        if !head.shows_open(generation) {
             return false;
         }
         // A copy: its fields stay in registers across the atomic loads
@@ -201,8 +155,7 @@ impl<'a> Proto<'a> {
         for edge in 0..l.edges as usize {
             // Acquire: pairs with the Release store of the segment word in
             // `begin` / `start_segment`: the kept entries are laid.
-            let Some(cur) = word::decode_seg(self.w(l.seg(slot, edge)).load(Ordering::Acquire))
-            else {
+            let Some(cur) = self.segment(slot, edge).load(Ordering::Acquire).decode() else {
                 into.corrupt();
                 continue;
             };
@@ -224,7 +177,8 @@ impl<'a> Proto<'a> {
                 let at = entries + edge * ring_words + entry * entry_words;
                 debug_assert_eq!(at, l.entry(slot, edge, entry));
                 let words = &self.words[at..at + entry_words];
-                let entry_word = &words[0];
+                let entry_word = At::<crate::word::SegmentWord>::new(&words[0]);
+                let cells = &words[1..];
                 // Relaxed (both entry loads): the segment word's Acquire
                 // already shows this count laid, and the Acquire cell loads
                 // keep the second entry load after them; a cell relaid with
@@ -232,7 +186,7 @@ impl<'a> Proto<'a> {
                 // entry word visible to that second load (loom mutation M18
                 // weakened these and nothing failed, as this argues).
                 let before = entry_word.load(Ordering::Relaxed);
-                let Some(ew) = word::decode_seg(before) else {
+                let Some(ew) = before.decode() else {
                     into.corrupt();
                     continue;
                 };
@@ -245,25 +199,26 @@ impl<'a> Proto<'a> {
                 // wait on the last one's length); into one of the inline
                 // size when the schema's events fit inline.
                 let read = if events <= INLINE_EVENTS {
-                    let cells = load_cells::<INLINE_EVENTS>(&words[1..], events);
+                    let cells = load_cells::<INLINE_EVENTS>(cells, events);
                     if entry_word.load(Ordering::Relaxed) != before {
                         continue;
                     }
-                    SegmentRead::from_inline_cells(cells, events)
+                    SegmentRead::of_cells(cells, events)
                 } else {
-                    let mut cells = load_cells::<MAX_EVENTS>(&words[1..], events);
+                    let cells = load_cells::<MAX_EVENTS>(cells, events);
                     if entry_word.load(Ordering::Relaxed) != before {
                         continue;
                     }
-                    let (values, corrupt) = Values::from_cells(&mut cells, events);
-                    SegmentRead::of(values, corrupt)
+                    SegmentRead::of_cells(cells, events)
                 };
                 into.segment(edge, ew.index, read);
             }
         }
         // Acquire: a close that sealed cells we read (their swaps are
         // Release, after its `Closing` store) is visible here.
-        shows_open(self.w(l.head(slot)).load(Ordering::Acquire), gen)
+        self.head(slot)
+            .load(Ordering::Acquire)
+            .shows_open(generation)
     }
 
     /// Every open request in slots `from..to`, slot by slot.
@@ -272,11 +227,11 @@ impl<'a> Proto<'a> {
         (from..to.min(self.layout.slots)).filter_map(move |slot| {
             // Acquire: pairs with `begin`'s Release store of `Open`. For a
             // snapshot of the request found, this is its first head load.
-            let head = this.w(this.layout.head(slot)).load(Ordering::Acquire);
-            open_state(head).then_some(Found {
-                req: Request {
+            let head = this.head(slot).load(Ordering::Acquire);
+            head.is_open().then_some(Found {
+                req: Occupant {
                     slot,
-                    gen: (head >> 32) as u32,
+                    generation: head.generation(),
                 },
                 head,
             })
@@ -290,60 +245,6 @@ impl<'a> Proto<'a> {
         Owner {
             pid: self.w(l.owner_pid(slot)).load(Ordering::Relaxed),
             start_ticks: self.w(l.owner_start(slot)).load(Ordering::Relaxed),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Words with every kind, every pattern of the bits above an epoch,
-    /// and low bits from a simple generator.
-    fn words() -> impl Iterator<Item = u64> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        (0..4096u64).map(move |i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let low = if i % 3 == 0 { i } else { x };
-            (i % 4) << 62 | (i / 4 % 64) << 56 | low & ((1 << 56) - 1)
-        })
-    }
-
-    #[test]
-    fn a_cell_decodes_as_word_decode_says() {
-        use crate::word::Cell;
-        for w in words().chain([0, u64::MAX, word::sealed(7, 3), word::empty(7, 3)]) {
-            let expected = match word::decode(w) {
-                Cell::Value(_) => (w, false),
-                Cell::Empty { .. } | Cell::Sealed => (0, false),
-                Cell::Corrupt => (0, true),
-            };
-            assert_eq!(decode_cell(w), expected, "{w:#018x}");
-        }
-    }
-
-    #[test]
-    fn a_head_is_open_as_decode_head_says() {
-        let heads = words().flat_map(|w| {
-            // Heads of every state byte, with and without a holder.
-            [
-                w,
-                w & !0xffff_ff00,
-                w & 0xffff_ffff_0000_00ff,
-                w & !0xff | 2,
-                w & !0xff | 3,
-            ]
-        });
-        for h in heads {
-            let d = word::decode_head(h);
-            let open =
-                d.is_some_and(|d| matches!(d.state, SlotState::Open | SlotState::Segmenting));
-            assert_eq!(open_state(h), open, "{h:#018x}");
-            let gen = (h >> 32) as u32;
-            assert_eq!(shows_open(h, gen), open, "{h:#018x}");
-            assert!(!shows_open(h, gen ^ 1), "{h:#018x}");
         }
     }
 }

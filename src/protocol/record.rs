@@ -1,10 +1,10 @@
 //! The record path: one compare-and-swap on a cell, and the classification
 //! of a refusal.
 
-use super::{Proto, Request};
+use super::{Occupant, Proto};
 use crate::outcome::Outcome;
-use crate::sync::{fence, Ordering};
-use crate::word::{self, Cell, SlotState};
+use crate::sync::{Ordering, fence};
+use crate::word::{Cell, CellWord, SlotState};
 
 impl Proto<'_> {
     /// Records one value word. `value` turns the request's origin into the
@@ -12,20 +12,19 @@ impl Proto<'_> {
     #[inline]
     pub(crate) fn record(
         &self,
-        req: Request,
+        req: Occupant,
         edge: usize,
         segment: u32,
         event: usize,
-        value: impl FnOnce(u64) -> Result<u64, Outcome>,
+        value: impl FnOnce(u64) -> Result<CellWord, Outcome>,
     ) -> Outcome {
-        let Request { slot, gen } = req;
+        let Occupant { slot, generation } = req;
         let l = self.layout;
         // Acquire: pairs with the Release store of the segment word in
         // `begin` / `start_segment`; the cell and origin loads below then see
         // the epoch's laid cells and the request's origin.
-        let sw = self.w(l.seg(slot, edge)).load(Ordering::Acquire);
-        let Some(seg) = word::decode_seg(sw) else {
-            return self.refuse(slot, gen, Outcome::Corrupt);
+        let Some(seg) = self.segment(slot, edge).load(Ordering::Acquire).decode() else {
+            return self.refuse(slot, generation, Outcome::Corrupt);
         };
         if seg.index != segment {
             let why = if segment < seg.index {
@@ -33,16 +32,16 @@ impl Proto<'_> {
             } else {
                 Outcome::SegmentNotStarted
             };
-            return self.refuse(slot, gen, why);
+            return self.refuse(slot, generation, why);
         }
-        let cell = self.w(l.cell(slot, edge, Self::entry(l, seg.count), event));
-        let empty = word::empty(gen, seg.count);
+        let cell = self.cell(slot, edge, Self::ring_entry(l, seg.count), event);
+        let empty = CellWord::empty(generation, seg.count);
         // Relaxed: only compared; the CAS below decides. Checking first keeps
         // duplicates (the common refusal) free of a clock read and a locked
         // instruction.
         let seen = cell.load(Ordering::Relaxed);
         if seen != empty {
-            return self.refuse_cell(slot, gen, seen);
+            return self.refuse_cell(slot, generation, seen);
         }
         // Relaxed: ordered after the Acquire load of the segment word, which
         // `begin` published after storing the origin. If the slot was reused
@@ -62,7 +61,7 @@ impl Proto<'_> {
         // only classified.
         match cell.compare_exchange(empty, new, Ordering::Release, Ordering::Relaxed) {
             Ok(_) => Outcome::Recorded,
-            Err(actual) => self.refuse_cell(slot, gen, actual),
+            Err(actual) => self.refuse_cell(slot, generation, actual),
         }
     }
 
@@ -70,7 +69,7 @@ impl Proto<'_> {
     /// is below the ring's size (the usual case: no multiplication), else
     /// [`Layout::ring`].
     #[inline]
-    fn entry(l: &crate::layout::Layout, count: u32) -> usize {
+    fn ring_entry(l: &crate::layout::Layout, count: u32) -> usize {
         if count < l.segments {
             count as usize
         } else {
@@ -81,13 +80,12 @@ impl Proto<'_> {
     /// Classifies a refusal, giving the request's own state precedence over
     /// the reason found on the record path.
     #[cold]
-    fn refuse(&self, slot: u32, gen: u32, why: Outcome) -> Outcome {
+    fn refuse(&self, slot: u32, generation: u32, why: Outcome) -> Outcome {
         // Acquire: pairs with the Release head stores of the control
         // operations, so a closed or reused slot is reported as such.
-        let h = self.w(self.layout.head(slot)).load(Ordering::Acquire);
-        let outcome = match word::decode_head(h) {
+        let outcome = match self.head(slot).load(Ordering::Acquire).decode() {
             None => Outcome::Corrupt,
-            Some(d) if d.gen != gen => Outcome::Reused,
+            Some(d) if d.generation != generation => Outcome::Reused,
             Some(d) if matches!(d.state, SlotState::Open | SlotState::Segmenting) => why,
             Some(_) => Outcome::Closed,
         };
@@ -95,24 +93,26 @@ impl Proto<'_> {
     }
 
     #[cold]
-    fn refuse_cell(&self, slot: u32, gen: u32, seen: u64) -> Outcome {
+    fn refuse_cell(&self, slot: u32, generation: u32, seen: CellWord) -> Outcome {
         // Acquire fence: pairs with the Release CAS (a value) or the AcqRel
         // swap (a seal) that wrote `seen`, so the head load in `refuse` sees
         // the slot at least as new as the request that wrote it. Without it
         // a stale writer that read a newer request's value could be told
         // `Duplicate` (found by the loom model m3).
         fence(Ordering::Acquire);
-        let why = match word::decode(seen) {
+        let why = match seen.decode() {
             Cell::Value(_) => Outcome::Duplicate,
             Cell::Sealed => Outcome::Closed,
             // An empty word names its epoch: laid by a newer request, so the
             // answer is known without the head (which, after begin's Release
             // fence and ours, would say the same).
-            Cell::Empty { gen: g, .. } if g != gen => return self.count(Outcome::Reused),
+            Cell::Empty { generation: g, .. } if g != generation => {
+                return self.count(Outcome::Reused);
+            }
             // Laid for a newer segment of this request: the entry was relaid.
             Cell::Empty { .. } => Outcome::StaleSegment,
             Cell::Corrupt => Outcome::Corrupt,
         };
-        self.refuse(slot, gen, why)
+        self.refuse(slot, generation, why)
     }
 }

@@ -7,12 +7,10 @@ use std::path::PathBuf;
 
 use super::{ClockShare, Recorder};
 use crate::clock::{self, Clock, ClockIdentity};
-use crate::layout::H_FLAGS;
 use crate::mark::Edge;
 use crate::process;
 use crate::region::{self, Access, AttachError, FileOwner, Header, Opened};
 use crate::schema::Schema;
-use crate::sync::Ordering;
 
 /// Options for attaching to an existing region file.
 ///
@@ -87,6 +85,10 @@ impl AttachOptions {
     }
 
     /// Attaches to the region at `path`.
+    ///
+    /// Like every mapping of a region file, this installs edgemark's
+    /// process-wide `SIGBUS` handler on first use (see
+    /// [`RegionBuilder::create`](crate::RegionBuilder::create)).
     #[cfg(not(edgemark_loom))]
     pub fn attach(&self, path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
         let path = path.as_ref();
@@ -113,15 +115,15 @@ impl AttachOptions {
 
     /// Checks a validated header against these options.
     fn check(&self, h: &Header) -> Result<ClockShare, AttachError> {
-        if let Some(s) = &self.expect_schema {
-            if *s != h.schema {
-                return Err(AttachError::SchemaMismatch);
-            }
+        if let Some(s) = &self.expect_schema
+            && *s != *h.schema
+        {
+            return Err(AttachError::SchemaMismatch);
         }
-        if let Some(e) = &self.expect_edges {
-            if *e != h.edges {
-                return Err(AttachError::EdgeMismatch);
-            }
+        if let Some(e) = &self.expect_edges
+            && *e != h.edges
+        {
+            return Err(AttachError::EdgeMismatch);
         }
         let here = ClockIdentity::current();
         let same_clock = here == h.clock;
@@ -163,9 +165,7 @@ impl Recorder {
         {
             // Pids in this region now mean different processes to different
             // attachers: tell everyone to stop judging them.
-            // Relaxed: a sticky flag; its readers only ever become more
-            // careful.
-            storage.words()[H_FLAGS].fetch_or(region::FLAG_MIXED_PID_NS, Ordering::Relaxed);
+            region::mark_mixed_pid_namespaces(storage.words());
         }
         Ok(Recorder::from_header(storage, header, path, clock))
     }

@@ -155,6 +155,12 @@ impl RegionBuilder {
     /// group access was asked for), reserves its space unless
     /// [`RegionBuilder::sparse`], and returns a recorder on it. A creation
     /// that fails after making the file removes it again.
+    ///
+    /// Mapping a region file (here, in [`RegionBuilder::create_sealed`] and
+    /// in every attach) installs, once per process, a process-wide `SIGBUS`
+    /// handler that keeps a file shrunk under the mapping from killing the
+    /// process; faults outside edgemark's mappings go to the action it
+    /// replaced (`docs/design.md`, "A file shrunk under a mapping").
     #[cfg(not(edgemark_loom))]
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Recorder, CreateError> {
         let path = path.as_ref();

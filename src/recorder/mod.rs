@@ -4,22 +4,21 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::catalog::Catalog;
 use crate::clock::{self, Clock, CounterScale};
-use crate::domains::{Catalog, RegisterError};
-use crate::layout::{Layout, H_FLAGS};
+use crate::domains::RegisterError;
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Closed, Found, Proto, Reclaimed, Request};
+use crate::protocol::{Both, Closed, Discard, Found, Occupant, Proto, Reclaimed, Tally};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{
     self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
 };
 use crate::schema::{DomainId, EventId, Schema};
-use crate::snapshot::{Refill, RequestState, Snapshot};
-use crate::sync::Ordering;
+use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::Token;
-use crate::word;
+use crate::word::{self, CellWord};
 
 mod attach;
 mod builder;
@@ -41,12 +40,31 @@ enum ClockShare {
     Foreign,
 }
 
+impl ClockShare {
+    /// Whether this process may write values of the region's shared clock
+    /// ([`ClockShare::Shared`]): begin, the clock-reading record, and
+    /// `record_elapsed` into `host_monotonic`. What
+    /// [`RegionInfo::shares_clock`] reports.
+    #[inline]
+    fn reads_clock(self) -> bool {
+        self == ClockShare::Shared
+    }
+
+    /// Whether this process is in the region's boot and time namespace
+    /// (not [`ClockShare::Foreign`]): process start times compare.
+    #[inline]
+    fn same_namespace(self) -> bool {
+        self != ClockShare::Foreign
+    }
+}
+
 /// Event ids a mark can carry (`EventId` is a byte).
 const EVENT_IDS: usize = 1 << u8::BITS;
 
-/// What the record path needs of one schema event.
+/// What the record path needs of one schema event (of its
+/// [`EventSpec`](crate::EventSpec), and of this process's access).
 #[derive(Clone, Copy, Debug)]
-struct EventSpec {
+struct RecordSpec {
     /// The event's clock domain.
     domain: DomainId,
     /// Whether its value word keeps the chunk sequence.
@@ -58,7 +76,7 @@ struct EventSpec {
     fast: bool,
 }
 
-impl EventSpec {
+impl RecordSpec {
     /// The chunk field of a value word of this event for `mark`, checked.
     #[inline]
     fn chunk(self, mark: &Mark) -> Result<Option<u64>, Outcome> {
@@ -75,14 +93,6 @@ impl EventSpec {
     }
 }
 
-/// The request a token names in its region.
-fn request(token: Token) -> Request {
-    Request {
-        slot: token.slot,
-        gen: token.gen,
-    }
-}
-
 /// The calling thread as a lock holder (its thread id).
 fn holder() -> u32 {
     process::thread_id()
@@ -90,31 +100,22 @@ fn holder() -> u32 {
 
 struct Inner {
     storage: Storage,
-    layout: Layout,
-    /// The declared schema, also `names.schema` (kept here for the record
-    /// path, one pointer away).
-    schema: Arc<Schema>,
+    /// The region's validated header: its geometry, edges, identity and
+    /// clock. Its schema is shared with `names`.
+    header: Header,
+    /// The names this process has met, with the schema.
     names: Arc<Catalog>,
-    edges: Vec<Edge>,
-    /// `edges` by stage pair, for the record path.
+    /// `header.edges` by stage pair, for the record path.
     edge_index: EdgeIndex,
-    /// Per schema event (the first `layout.events` entries): what the record
-    /// path needs of its spec, inline rather than behind the schema's `Arc`.
-    events: [EventSpec; EVENT_IDS],
-    /// Whether the storage may be written (`storage.access()`, kept here so
-    /// the record path tests a flag).
-    writable: bool,
-    region_id: u64,
-    /// Whether this process is in the region's boot and time namespace
-    /// (not [`ClockShare::Foreign`]): process start times compare.
-    shared_clock: bool,
-    /// Whether this process may write values of the region's shared clock
-    /// ([`ClockShare::Shared`]): begin, the clock-reading record, and
-    /// `record_elapsed` into `host_monotonic`.
-    reads_clock: bool,
+    /// Per schema event (the first `header.layout.events` entries): what
+    /// the record path needs of it, inline rather than behind the schema's
+    /// `Arc`.
+    events: [RecordSpec; EVENT_IDS],
+    /// Whether the region's `host_monotonic` domain is this process's
+    /// clock.
+    clock: ClockShare,
     /// The conversion of a counter region (`None` in a monotonic one).
     counter: Option<CounterScale>,
-    header: Header,
     path: Option<PathBuf>,
 }
 
@@ -148,8 +149,8 @@ impl fmt::Debug for Recorder {
             Some(i) => f
                 .debug_struct("Recorder")
                 .field("path", &i.path)
-                .field("region_id", &format_args!("{:016x}", i.region_id))
-                .field("edges", &i.edges)
+                .field("region_id", &format_args!("{:016x}", i.header.region_id))
+                .field("edges", &i.header.edges)
                 .field("storage", &i.storage)
                 .finish(),
         }
@@ -166,11 +167,11 @@ struct Live<'a> {
 
 impl Inner {
     /// The token of a request of this region.
-    fn token(&self, req: Request) -> Token {
+    fn token(&self, req: Occupant) -> Token {
         Token {
-            region: self.region_id,
+            region: self.header.region_id,
             slot: req.slot,
-            gen: req.gen,
+            generation: req.generation,
         }
     }
 
@@ -196,9 +197,7 @@ impl Inner {
     /// Whether the header's flag says a process from another pid namespace
     /// attached for writing.
     fn mixed_pid_namespaces(&self) -> bool {
-        // Relaxed: see `from_opened`.
-        let flags = self.storage.words()[H_FLAGS].load(Ordering::Relaxed);
-        flags & region::FLAG_MIXED_PID_NS != 0
+        region::mixed_pid_namespaces(self.storage.words())
     }
 
     /// Liveness of a lock holder as this process may judge it: alive unless
@@ -209,26 +208,43 @@ impl Inner {
         move |tid| !self.trusts_pids() || process::pid_alive(tid)
     }
 
-    /// Checks a token and a mark against the region; on success gives the
-    /// edge's index.
+    /// The request `token` names in this region: the one check of a token,
+    /// made once per call. [`Outcome::ForeignToken`] for a token of another
+    /// region, [`Outcome::Invalid`] for one no `begin` of it minted.
     #[inline]
-    fn check_mark(&self, token: Token, mark: &Mark) -> Result<usize, Outcome> {
-        if token.region != self.region_id {
+    fn occupant(&self, token: Token) -> Result<Occupant, Outcome> {
+        if token.region != self.header.region_id {
             return Err(Outcome::ForeignToken);
         }
-        if token.slot >= self.layout.slots || token.gen == 0 {
+        if token.slot >= self.header.layout.slots || token.generation == 0 {
             return Err(Outcome::Invalid);
         }
-        if mark.event.0 as u32 >= self.layout.events {
+        Ok(Occupant {
+            slot: token.slot,
+            generation: token.generation,
+        })
+    }
+
+    /// The index of a declared edge.
+    #[inline]
+    fn edge(&self, edge: Edge) -> Result<usize, Outcome> {
+        self.edge_index.get(edge).ok_or(Outcome::UnknownEdge)
+    }
+
+    /// Checks a mark against the region's schema and edges; on success
+    /// gives the edge's index.
+    #[inline]
+    fn check_mark(&self, mark: &Mark) -> Result<usize, Outcome> {
+        if mark.event.0 as u32 >= self.header.layout.events {
             return Err(Outcome::UnknownEvent);
         }
-        self.edge_index.get(mark.edge).ok_or(Outcome::UnknownEdge)
+        self.edge(mark.edge)
     }
 
     /// The record path's view of `mark`'s event: its spec for a schema
     /// event, and for any other id an entry that never takes the fast path.
     #[inline]
-    fn event(&self, mark: &Mark) -> EventSpec {
+    fn event(&self, mark: &Mark) -> RecordSpec {
         // One entry per possible id: no bounds check, and ids beyond the
         // schema have entries that never take the fast path.
         self.events[usize::from(mark.event.0)]
@@ -246,7 +262,7 @@ impl Inner {
     #[inline]
     fn record_now(
         &self,
-        token: Token,
+        req: Occupant,
         edge: usize,
         segment: u32,
         event: u8,
@@ -254,42 +270,37 @@ impl Inner {
     ) -> Outcome {
         let proto = Proto {
             words: self.storage.words(),
-            layout: &self.layout,
+            layout: &self.header.layout,
         };
         let counter = self.counter;
-        proto.record(
-            request(token),
-            edge,
-            segment,
-            usize::from(event),
-            |origin| {
-                // One branch on the region's clock kind, which never changes.
-                let us = match counter {
-                    None => {
-                        let now = clock::monotonic_ns();
-                        if now < origin {
-                            return Err(Outcome::Invalid);
-                        }
-                        (now - origin) / 1000
+        proto.record(req, edge, segment, usize::from(event), |origin| {
+            // One branch on the region's clock kind, which never changes.
+            let us = match counter {
+                None => {
+                    let now = clock::monotonic_ns();
+                    if now < origin {
+                        return Err(Outcome::Invalid);
                     }
-                    Some(scale) => {
-                        let now = clock::counter();
-                        if now < origin {
-                            return Err(Outcome::Invalid);
-                        }
-                        scale.micros(now - origin)
-                    }
-                };
-                if us > word::MAX_ELAPSED_US {
-                    return Err(Outcome::OutOfRange);
+                    (now - origin) / 1000
                 }
-                Ok(word::value(0, chunk, us))
-            },
-        )
+                Some(scale) => {
+                    let now = clock::counter();
+                    if now < origin {
+                        return Err(Outcome::Invalid);
+                    }
+                    scale.micros(now - origin)
+                }
+            };
+            if us > word::MAX_ELAPSED_US {
+                return Err(Outcome::OutOfRange);
+            }
+            Ok(CellWord::value(0, chunk, us))
+        })
     }
 
-    /// The id of a domain that is not declared: registered or found in the
-    /// region's table.
+    /// The id of the domain called `name`: one this process has met (a
+    /// comparison of packed words per known name, no region access), else
+    /// registered or found in the region's table.
     fn resolve_domain(&self, name: &str) -> Result<DomainId, Outcome> {
         self.names
             .resolve(self.storage.words(), name)
@@ -303,7 +314,7 @@ impl Inner {
     /// no edgemark process writes are left out when it finishes).
     #[inline]
     fn refill<'a>(&'a self, snap: &'a mut Snapshot) -> Refill<'a> {
-        Refill::new(snap, &self.names, &self.edges)
+        Refill::new(snap, &self.names, &self.header.edges)
     }
 }
 
@@ -316,18 +327,17 @@ impl Recorder {
             inner,
             proto: Proto {
                 words: inner.storage.words(),
-                layout: &inner.layout,
+                layout: &inner.header.layout,
             },
         })
     }
 
-    /// The protocol view, if this recorder is enabled and `token` could name
-    /// a request of its region.
-    fn live_for(&self, token: Token) -> Option<Live<'_>> {
+    /// The protocol view and the request, if this recorder is enabled and
+    /// `token` could name a request of its region.
+    fn live_for(&self, token: Token) -> Option<(Live<'_>, Occupant)> {
         let live = self.live()?;
-        let inner = live.inner;
-        (token.region == inner.region_id && token.slot < inner.layout.slots && token.gen != 0)
-            .then_some(live)
+        let req = live.inner.occupant(token).ok()?;
+        Some((live, req))
     }
 
     /// The protocol view for a call that writes the region: enabled and not
@@ -335,7 +345,7 @@ impl Recorder {
     #[inline]
     fn live_mut(&self) -> Result<Live<'_>, Outcome> {
         let live = self.live().ok_or(Outcome::Disabled)?;
-        if live.inner.writable {
+        if live.inner.storage.access() == Access::ReadWrite {
             Ok(live)
         } else {
             Err(Outcome::ReadOnly)
@@ -358,19 +368,32 @@ impl Live<'_> {
     /// as an access found the file shrunk (its pages then read as zeros).
     /// Slots in a hole of the file are skipped: never written, they are
     /// free ([`Storage::slot_runs`]).
-    fn sweep(&self, mut f: impl FnMut(Found)) -> Result<(), AttachError> {
+    fn sweep(&self, f: impl FnMut(Found)) -> Result<(), AttachError> {
+        self.sweep_runs(|from, to| self.proto.open_slots(from, to), f)
+    }
+
+    /// The one sweep loop: `each` turns a run of slots that may have been
+    /// written ([`Storage::slot_runs`]) into the items it holds, `f` takes
+    /// them in order; the mapping's faulted flag is checked before each item
+    /// is handed over and at the end, and a fault stops the sweep with its
+    /// error.
+    fn sweep_runs<I: Iterator>(
+        &self,
+        mut each: impl FnMut(u32, u32) -> I,
+        mut f: impl FnMut(I::Item),
+    ) -> Result<(), AttachError> {
         let storage = &self.inner.storage;
         let mut faulted = false;
-        storage.slot_runs(&self.inner.layout, |from, to| {
+        storage.slot_runs(&self.inner.header.layout, |from, to| {
             if faulted {
                 return;
             }
-            for req in self.proto.open_slots(from, to) {
+            for item in each(from, to) {
                 if storage.faulted() {
                     faulted = true;
                     return;
                 }
-                f(req);
+                f(item);
             }
         });
         if faulted || storage.faulted() {
@@ -405,37 +428,29 @@ impl Recorder {
         path: Option<PathBuf>,
         clock: ClockShare,
     ) -> Recorder {
-        let schema = Arc::new(header.schema.clone());
-        let mut events = [EventSpec {
+        let mut events = [RecordSpec {
             domain: DomainId::HOST_MONOTONIC,
             keeps_chunk_seq: false,
             fast: false,
         }; EVENT_IDS];
         let writable = storage.access() == Access::ReadWrite;
-        let reads_clock = clock == ClockShare::Shared;
         for (spec, e) in events
             .iter_mut()
-            .zip(schema.events())
+            .zip(header.schema.events())
             .take(header.layout.events as usize)
         {
-            *spec = EventSpec {
+            *spec = RecordSpec {
                 domain: e.domain(),
                 keeps_chunk_seq: e.keeps_chunk_seq(),
-                fast: writable && reads_clock && e.domain() == DomainId::HOST_MONOTONIC,
+                fast: writable && clock.reads_clock() && e.domain() == DomainId::HOST_MONOTONIC,
             };
         }
         Recorder {
             inner: Some(Arc::new(Inner {
-                layout: header.layout,
-                names: Arc::new(Catalog::new(Arc::clone(&schema))),
-                schema,
-                edges: header.edges.clone(),
+                names: Arc::new(Catalog::new(Arc::clone(&header.schema))),
                 edge_index: EdgeIndex::new(&header.edges),
                 events,
-                writable,
-                region_id: header.region_id,
-                shared_clock: clock != ClockShare::Foreign,
-                reads_clock,
+                clock,
                 counter: match header.clock_kind {
                     Clock::Monotonic => None,
                     Clock::Counter => CounterScale::new(header.counter_rate),
@@ -471,14 +486,16 @@ impl Recorder {
         }
         let mut owner = process::owner_identity();
         // A start time is only comparable in the region's time namespace.
-        if !inner.shared_clock {
+        if !inner.clock.same_namespace() {
             owner.start_ticks = 0;
         }
         let origin = match inner.counter {
             None => clock::monotonic_ns(),
             // An origin is a reading of the region's clock: a process that
             // cannot vouch for the counter sets none.
-            Some(_) if !inner.reads_clock => return Err(proto.count(Outcome::ClockMismatch)),
+            Some(_) if !inner.clock.reads_clock() => {
+                return Err(proto.count(Outcome::ClockMismatch));
+            }
             Some(_) => clock::counter(),
         };
         match proto.begin(origin, owner, holder()) {
@@ -487,7 +504,7 @@ impl Recorder {
             // changes nothing anyone else sees; on a good one it frees the
             // slot) and hand out nothing.
             Some(req) if inner.storage.faulted() => {
-                let _ = proto.close(req, holder(), &inner.holder_alive());
+                let _ = proto.close(req, holder(), &inner.holder_alive(), &mut Discard);
                 Err(Outcome::Faulted)
             }
             Some(req) => Ok(inner.token(req)),
@@ -504,31 +521,30 @@ impl Recorder {
     /// say.
     #[inline]
     pub fn record(&self, token: Token, mark: Mark) -> Outcome {
+        let Some(inner) = self.inner.as_deref() else {
+            return Outcome::Disabled;
+        };
+        // The token is checked once, here; `record_checked` reports what
+        // this check found in its place in the order of refusals.
+        let req = inner.occupant(token);
         // The fast path: every check of `record_checked` that a valid call
         // passes, folded into flags computed when the recorder was made.
-        if let Some(inner) = self.inner.as_deref() {
-            let spec = inner.event(&mark);
-            if spec.fast
-                && mark.meaningful
-                && token.region == inner.region_id
-                && token.slot < inner.layout.slots
-                && token.gen != 0
-            {
-                if let (Some(edge), Ok(chunk)) =
-                    (inner.edge_index.get(mark.edge), spec.chunk(&mark))
-                {
-                    return inner.record_now(token, edge, mark.segment, mark.event.0, chunk);
-                }
-            }
+        let spec = inner.event(&mark);
+        if spec.fast
+            && mark.meaningful
+            && let (Ok(req), Some(edge), Ok(chunk)) =
+                (req, inner.edge_index.get(mark.edge), spec.chunk(&mark))
+        {
+            return inner.record_now(req, edge, mark.segment, mark.event.0, chunk);
         }
-        self.record_checked(token, mark)
+        self.record_checked(req, mark)
     }
 
     /// [`Recorder::record`] with every check in the order that decides
     /// which refusal a call gets.
     #[cold]
     #[inline(never)]
-    fn record_checked(&self, token: Token, mark: Mark) -> Outcome {
+    fn record_checked(&self, req: Result<Occupant, Outcome>, mark: Mark) -> Outcome {
         let Live { inner, proto } = match self.live_mut() {
             Ok(live) => live,
             Err(why) => return why,
@@ -536,15 +552,15 @@ impl Recorder {
         if !mark.meaningful {
             return Outcome::NotMeaningful;
         }
-        let edge = match inner.check_mark(token, &mark) {
-            Ok(e) => e,
+        let (req, edge) = match req.and_then(|req| Ok((req, inner.check_mark(&mark)?))) {
+            Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
-        if !inner.reads_clock || inner.event(&mark).domain.0 != 0 {
+        if !inner.clock.reads_clock() || inner.event(&mark).domain.0 != 0 {
             return proto.count(Outcome::ClockMismatch);
         }
         match inner.chunk(&mark) {
-            Ok(chunk) => inner.record_now(token, edge, mark.segment, mark.event.0, chunk),
+            Ok(chunk) => inner.record_now(req, edge, mark.segment, mark.event.0, chunk),
             Err(why) => proto.count(why),
         }
     }
@@ -590,23 +606,21 @@ impl Recorder {
         if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
             return proto.count(Outcome::Invalid);
         }
-        let edge = match inner.check_mark(token, &mark) {
-            Ok(e) => e,
+        let (req, edge) = match inner
+            .occupant(token)
+            .and_then(|req| Ok((req, inner.check_mark(&mark)?)))
+        {
+            Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
-        // The declared and met names are cached by the catalog: a known
-        // name costs one comparison of packed words, no region access.
-        let domain = match inner.names.lookup(domain) {
-            Some(d) => d,
-            None => match inner.resolve_domain(domain) {
-                Ok(d) => d,
-                Err(why) => return proto.count(why),
-            },
+        let domain = match inner.resolve_domain(domain) {
+            Ok(d) => d,
+            Err(why) => return proto.count(why),
         };
         // `host_monotonic` values come from the region's shared clock; in a
         // counter region a duration measured elsewhere cannot be one (its
         // origin is not the counter's), so it is refused rather than mixed.
-        if domain.0 == 0 && (!inner.reads_clock || inner.counter.is_some()) {
+        if domain.0 == 0 && (!inner.clock.reads_clock() || inner.counter.is_some()) {
             return proto.count(Outcome::ClockMismatch);
         }
         let us = (elapsed_ms * 1000.0).round();
@@ -617,14 +631,10 @@ impl Recorder {
             Ok(c) => c,
             Err(why) => return proto.count(why),
         };
-        let value = word::value(domain.0, chunk, us as u64);
-        proto.record(
-            request(token),
-            edge,
-            mark.segment,
-            mark.event.0 as usize,
-            |_| Ok(value),
-        )
+        let value = CellWord::value(domain.0, chunk, us as u64);
+        proto.record(req, edge, mark.segment, usize::from(mark.event.0), |_| {
+            Ok(value)
+        })
     }
 
     /// The id of the clock domain `name`, registering it in the region if no
@@ -649,9 +659,6 @@ impl Recorder {
     /// ```
     pub fn register_domain(&self, name: &str) -> Result<DomainId, Outcome> {
         let Live { inner, proto } = self.live_mut()?;
-        if let Some(d) = inner.schema.domain(name) {
-            return Ok(d);
-        }
         inner.resolve_domain(name).map_err(|why| match why {
             Outcome::DomainTableFull => proto.count(why),
             other => other,
@@ -682,13 +689,14 @@ impl Recorder {
         if inner.storage.faulted() {
             return Outcome::Faulted;
         }
-        let edge = edge.into();
-        let mark = Mark::new(edge, EventId(0));
-        let edge = match inner.check_mark(token, &mark) {
-            Ok(e) => e,
+        let (req, edge) = match inner
+            .occupant(token)
+            .and_then(|req| Ok((req, inner.edge(edge.into())?)))
+        {
+            Ok(checked) => checked,
             Err(why) => return proto.count(why),
         };
-        let started = proto.start_segment(request(token), edge, segment, holder());
+        let started = proto.start_segment(req, edge, segment, holder());
         if inner.storage.faulted() {
             return Outcome::Faulted;
         }
@@ -712,7 +720,7 @@ impl Recorder {
     /// nothing changed; a process that attaches the region again can close
     /// the token.
     pub fn close(&self, token: Token) -> Snapshot {
-        let Some(Live { inner, proto }) = self.live_for(token) else {
+        let Some((Live { inner, proto }, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
         if inner.storage.access() == Access::ReadOnly {
@@ -721,20 +729,37 @@ impl Recorder {
         if inner.storage.faulted() {
             return Snapshot::empty(RequestState::Faulted);
         }
-        let closed = proto.close(request(token), holder(), &inner.holder_alive());
+        // The final values go straight into the snapshot returned, as a
+        // snapshot's read would put them, and into a tally for the
+        // histograms.
+        let mut snap = Snapshot::empty(RequestState::Closed);
+        let mut fill = inner.refill(&mut snap);
+        let mut tally = Tally::default();
+        let closed = proto.close(
+            req,
+            holder(),
+            &inner.holder_alive(),
+            &mut Both(&mut fill, &mut tally),
+        );
         if inner.storage.faulted() {
             // Lost during the close: what it read may be zeros.
             return Snapshot::empty(RequestState::Faulted);
         }
         match closed {
-            Ok(Closed { mut raw, freed }) => {
-                crate::snapshot::sanitize(&mut raw, &inner.names, proto.words);
-                if freed {
+            Ok(closed) => {
+                fill.finish(RequestState::Closed, proto.words);
+                if closed == Closed::Freed {
                     // Only the close that freed the slot counts the request,
-                    // so each is counted once.
-                    proto.account_closed(&raw);
+                    // so each is counted once; a segment with a value no
+                    // edgemark process writes is left out.
+                    let words = proto.words;
+                    proto.account_closed(
+                        tally
+                            .segments()
+                            .filter(|(_, values)| !has_unknown(values, &inner.names, words)),
+                    );
                 }
-                Snapshot::from_raw(&mut raw, RequestState::Closed, &inner.names, &inner.edges)
+                snap
             }
             Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
             Err(_) => Snapshot::gone(),
@@ -744,12 +769,12 @@ impl Recorder {
     /// A detached snapshot of the request as it is now. An empty snapshot in
     /// state [`RequestState::Gone`] if the token names no open request.
     pub fn snapshot(&self, token: Token) -> Snapshot {
-        let Some(Live { inner, proto }) = self.live_for(token) else {
+        let Some((Live { inner, proto }, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
         let mut snap = Snapshot::empty(RequestState::Open);
         let mut fill = inner.refill(&mut snap);
-        if !proto.snapshot_into(request(token), &mut fill) {
+        if !proto.snapshot_into(req, &mut fill) {
             return Snapshot::gone();
         }
         fill.finish(RequestState::Open, proto.words);
@@ -773,8 +798,17 @@ impl Recorder {
     /// Errors: what [`Recorder::check`] says before the sweep, or
     /// [`AttachError::Shrunk`] if the file was found shrunk during it.
     pub fn open_requests(&self) -> Result<Vec<Token>, AttachError> {
+        self.check()?;
+        self.open_requests_checked()
+    }
+
+    /// [`Recorder::open_requests`] for a caller that has just run
+    /// [`Recorder::check`] and runs it again after (the exporter's scrape):
+    /// the sweep still fails on a page lost during it, without a second
+    /// `fstat`.
+    pub(crate) fn open_requests_checked(&self) -> Result<Vec<Token>, AttachError> {
         let mut out = Vec::new();
-        if let Some(live) = self.live_for_sweep()? {
+        if let Some(live) = self.live() {
             live.sweep(|found| out.push(live.inner.token(found.req)))?;
         }
         Ok(out)
@@ -901,18 +935,18 @@ impl Recorder {
     /// The owner identity of the process that began the request in
     /// `token`'s slot.
     pub fn owner(&self, token: Token) -> Option<Owner> {
-        let live = self.live_for(token)?;
-        Some(live.proto.owner(token.slot))
+        let (live, req) = self.live_for(token)?;
+        Some(live.proto.owner(req.slot))
     }
 
     /// The region's schema; `None` when disabled.
     pub fn schema(&self) -> Option<&Schema> {
-        self.live().map(|live| &*live.inner.schema)
+        self.live().map(|live| &*live.inner.header.schema)
     }
 
     /// The declared edges, in order; empty when disabled.
     pub fn edges(&self) -> &[Edge] {
-        self.live().map_or(&[], |live| &live.inner.edges)
+        self.live().map_or(&[], |live| &live.inner.header.edges)
     }
 
     /// The id of the event called `name` in the region's schema.
@@ -942,7 +976,7 @@ impl Recorder {
             slots_offset: h.layout.slots_offset_bytes(),
             bytes: h.layout.bytes(),
             clock: h.clock,
-            shares_clock: i.reads_clock,
+            shares_clock: i.clock.reads_clock(),
             clock_kind: h.clock_kind,
             created_unix_ns: h.created_unix_ns,
             creator_pid: h.creator_pid,
@@ -1013,7 +1047,7 @@ impl Recorder {
             });
         }
         // Start times are compared only in the region's time namespace.
-        let compare_start = inner.shared_clock;
+        let compare_start = inner.clock.same_namespace();
         self.reclaim_where(
             |owner| {
                 let start = if compare_start { owner.start_ticks } else { 0 };
@@ -1038,35 +1072,27 @@ impl Recorder {
         holder_dead: impl Fn(u32) -> bool,
     ) -> Result<ReclaimReport, AttachError> {
         let mut report = ReclaimReport::default();
-        let Some(Live { inner, proto }) = self.live_for_sweep()? else {
+        let Some(live) = self.live_for_sweep()? else {
             return Ok(report);
         };
+        let Live { inner, proto } = live;
         if inner.storage.access() == Access::ReadOnly {
             return Err(AttachError::ReadOnly);
         }
         let me = holder();
         let owner_alive = |owner| !owner_dead(owner);
         let holder_alive = |pid| !holder_dead(pid);
-        let mut faulted = false;
-        inner.storage.slot_runs(&inner.layout, |from, to| {
-            for slot in from..to {
-                if faulted || inner.storage.faulted() {
-                    faulted = true;
-                    return;
+        live.sweep_runs(
+            |from, to| from..to,
+            |slot| match proto.reclaim(slot, me, owner_alive, holder_alive) {
+                Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
+                Some(Reclaimed::DeadHolder { live_owner }) => {
+                    report.dead_holders += 1;
+                    report.live_owners_locked += u32::from(live_owner);
                 }
-                match proto.reclaim(slot, me, owner_alive, holder_alive) {
-                    Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
-                    Some(Reclaimed::DeadHolder { live_owner }) => {
-                        report.dead_holders += 1;
-                        report.live_owners_locked += u32::from(live_owner);
-                    }
-                    None => {}
-                }
-            }
-        });
-        if faulted || inner.storage.faulted() {
-            return Err(inner.storage.fault_error());
-        }
+                None => {}
+            },
+        )?;
         Ok(report)
     }
 
@@ -1083,10 +1109,22 @@ impl Recorder {
     /// Empty when disabled. Errors as [`Recorder::check`], before or after
     /// the histograms are read.
     pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
-        let Some(Live { inner, proto }) = self.live_for_sweep()? else {
+        self.check()?;
+        self.histograms_checked()
+    }
+
+    /// [`Recorder::histograms`] for a caller that runs [`Recorder::check`]
+    /// before and after ([`Recorder::open_requests_checked`]).
+    pub(crate) fn histograms_checked(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
+        let Some(Live { inner, proto }) = self.live() else {
             return Ok(Vec::new());
         };
-        let h = report::histograms(proto.words, proto.layout, &inner.schema, &inner.edges);
+        let h = report::histograms(
+            proto.words,
+            proto.layout,
+            &inner.header.schema,
+            &inner.header.edges,
+        );
         if inner.storage.faulted() {
             return Err(inner.storage.fault_error());
         }

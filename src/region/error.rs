@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::layout::FORMAT_VERSION;
+use crate::layout::{FORMAT_VERSION, GeometryError};
 use crate::mark::Edge;
 use crate::schema::SchemaError;
 
@@ -34,7 +34,7 @@ pub enum CreateError {
     /// An edge is declared twice, or goes from a stage to itself.
     BadEdge(Edge),
     /// The geometry is outside what a region can hold.
-    Geometry(String),
+    Geometry(GeometryError),
     /// The schema is invalid.
     Schema(SchemaError),
 }
@@ -112,7 +112,7 @@ pub enum AttachError {
         expected: u64,
     },
     /// A header field is out of range or inconsistent.
-    Geometry(String),
+    Geometry(GeometryError),
     /// The schema in the header is invalid.
     Schema(SchemaError),
     /// The schema differs from the one the caller expected.

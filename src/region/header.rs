@@ -1,18 +1,22 @@
 //! The header codec: the header of a new region, and writing, reading and
 //! validating a region's header words.
 
+use std::sync::Arc;
+
 use super::error::{AttachError, CreateError};
 use crate::clock::{Clock, ClockIdentity, CounterScale};
 use crate::layout::*;
 use crate::mark::Edge;
-use crate::schema::{Schema, SchemaError, MAX_DOMAINS, MAX_EVENTS};
+use crate::schema::{MAX_DOMAINS, MAX_EVENTS, Schema, SchemaError};
 use crate::sync::{AtomicU64, Ordering};
+use crate::word::{NAME_WORDS, pack_name, unpack_name};
 
 /// Everything a validated header says.
 #[derive(Clone, Debug)]
 pub(crate) struct Header {
     pub(crate) layout: Layout,
-    pub(crate) schema: Schema,
+    /// Shared with the recorder's name catalog (one copy per process).
+    pub(crate) schema: Arc<Schema>,
     pub(crate) edges: Vec<Edge>,
     pub(crate) region_id: u64,
     pub(crate) clock: ClockIdentity,
@@ -31,7 +35,23 @@ const FLAG_GROUP: u64 = 1;
 /// Set (never cleared) by the first process that attaches from another pid
 /// namespace: from then on no process trusts a pid found in the region, so
 /// no lock is taken over and no owner is judged dead automatically.
-pub(crate) const FLAG_MIXED_PID_NS: u64 = 2;
+const FLAG_MIXED_PID_NS: u64 = 2;
+
+/// Whether a process from another pid namespace attached for writing (the
+/// header's sticky flag, [`mark_mixed_pid_namespaces`]).
+pub(crate) fn mixed_pid_namespaces(words: &[AtomicU64]) -> bool {
+    // Relaxed: a sticky flag; a stale read only delays the extra care by
+    // one call, as for any process that attaches later.
+    words[H_FLAGS].load(Ordering::Relaxed) & FLAG_MIXED_PID_NS != 0
+}
+
+/// Sets the header's flag that a process from another pid namespace
+/// attached for writing: from then on no process trusts a pid found in the
+/// region.
+pub(crate) fn mark_mixed_pid_namespaces(words: &[AtomicU64]) {
+    // Relaxed: a sticky flag; its readers only ever become more careful.
+    words[H_FLAGS].fetch_or(FLAG_MIXED_PID_NS, Ordering::Relaxed);
+}
 
 /// Writes a header into zeroed words: everything first, the version word
 /// last.
@@ -106,8 +126,13 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
     if version != FORMAT_VERSION {
         return Err(AttachError::UnsupportedVersion(version));
     }
-    let small = |i: usize, what: &str| -> Result<u32, AttachError> {
-        u32::try_from(get(i)).map_err(|_| AttachError::Geometry(format!("{what} is {}", get(i))))
+    let small = |i: usize, what: &'static str| -> Result<u32, AttachError> {
+        u32::try_from(get(i)).map_err(|_| {
+            AttachError::Geometry(GeometryError::Oversized {
+                what,
+                value: get(i),
+            })
+        })
     };
     let layout = Layout::new(
         small(H_SLOTS, "the slot count")?,
@@ -115,15 +140,16 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         small(H_EDGES, "the edge count")?,
         small(H_EVENTS, "the event count")?,
     )
-    .map_err(|e| AttachError::Geometry(e.0))?;
-    let expect = |i: usize, what: &str, want: u64| {
+    .map_err(AttachError::Geometry)?;
+    let expect = |i: usize, what: &'static str, want: u64| {
         if get(i) == want {
             Ok(())
         } else {
-            Err(AttachError::Geometry(format!(
-                "{what} is {} but the geometry gives {want}",
-                get(i)
-            )))
+            Err(AttachError::Geometry(GeometryError::Mismatch {
+                what,
+                found: get(i),
+                expected: want,
+            }))
         }
     };
     expect(H_HEADER_BYTES, "the header length", HEADER_BYTES as u64)?;
@@ -142,9 +168,11 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
     }
     let domain_count = get(H_DOMAINS);
     if domain_count == 0 || domain_count > MAX_DOMAINS as u64 {
-        return Err(AttachError::Geometry(format!(
-            "the domain count is {domain_count}; it must be between 1 and {MAX_DOMAINS}"
-        )));
+        return Err(AttachError::Geometry(GeometryError::OutOfRange {
+            what: "the domain count",
+            value: domain_count,
+            max: MAX_DOMAINS as u64,
+        }));
     }
     let name_at = |base: usize, what: String| {
         let w = [get(base), get(base + 1), get(base + 2), get(base + 3)];
@@ -165,9 +193,10 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         let name = name_at(base, format!("event #{i}"))?;
         let meta = get(base + NAME_WORDS);
         if meta >> 9 != 0 {
-            return Err(AttachError::Geometry(format!(
-                "event #{i} has unknown flags {meta:#x}"
-            )));
+            return Err(AttachError::Geometry(GeometryError::EventFlags {
+                event: i,
+                flags: meta,
+            }));
         }
         events.push((name, (meta & 0xff) as u8, meta & 0x100 != 0));
     }
@@ -177,32 +206,33 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         let w = get(H_EDGE_TABLE + i);
         let e = Edge::new(w as u32, (w >> 32) as u32);
         if e.from == e.to || edges.contains(&e) {
-            return Err(AttachError::Geometry(format!(
-                "edge #{i} ({e}) is a self-loop or a duplicate"
-            )));
+            return Err(AttachError::Geometry(GeometryError::Edge {
+                index: i,
+                edge: e,
+            }));
         }
         edges.push(e);
     }
     let flags = get(H_FLAGS);
     if flags & !(FLAG_GROUP | FLAG_MIXED_PID_NS) != 0 {
-        return Err(AttachError::Geometry(format!("unknown flags {flags:#x}")));
+        return Err(AttachError::Geometry(GeometryError::Flags(flags)));
     }
-    let clock_kind = Clock::from_word(get(H_CLOCK_KIND)).ok_or_else(|| {
-        AttachError::Geometry(format!("unknown clock kind {}", get(H_CLOCK_KIND)))
-    })?;
+    let clock_kind = Clock::from_word(get(H_CLOCK_KIND))
+        .ok_or_else(|| AttachError::Geometry(GeometryError::ClockKind(get(H_CLOCK_KIND))))?;
     let counter_rate = get(H_COUNTER_RATE);
     let rate_ok = match clock_kind {
         Clock::Monotonic => counter_rate == 0,
         Clock::Counter => CounterScale::new(counter_rate).is_some(),
     };
     if !rate_ok {
-        return Err(AttachError::Geometry(format!(
-            "a {clock_kind} region cannot have the counter rate {counter_rate}"
-        )));
+        return Err(AttachError::Geometry(GeometryError::CounterRate {
+            clock: clock_kind,
+            rate: counter_rate,
+        }));
     }
     Ok(Header {
         layout,
-        schema,
+        schema: Arc::new(schema),
         edges,
         region_id: get(H_REGION_ID),
         clock: ClockIdentity {
@@ -253,7 +283,7 @@ pub(crate) fn new_header(
         u32::try_from(edges.len()).unwrap_or(u32::MAX),
         schema.events().len() as u32,
     )
-    .map_err(|e| CreateError::Geometry(e.0))?;
+    .map_err(CreateError::Geometry)?;
     // A counter region only where the kernel trusts the counter and a
     // calibration succeeds; otherwise the region falls back to
     // CLOCK_MONOTONIC (documented on `Clock::Counter`).
@@ -272,7 +302,7 @@ pub(crate) fn new_header(
     };
     Ok(Header {
         layout,
-        schema: schema.clone(),
+        schema: Arc::new(schema.clone()),
         edges: edges.to_vec(),
         region_id: new_region_id(),
         clock: ClockIdentity::current(),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rustix::{fs::OFlags, io::Errno};
 
 use super::error::{AttachError, CreateError};
-use super::header::{read_header, write_header, Header};
+use super::header::{Header, read_header, write_header};
 use crate::layout::{HEADER_BYTES, MAX_REGION_BYTES};
 use crate::sync::{AtomicU64, HeapWords, Ordering};
 
@@ -133,7 +133,7 @@ impl Storage {
     }
 }
 
-/// A shared, writable mapping of a region file.
+/// A shared mapping of a region file, writable or read-only.
 ///
 /// # Safety
 ///
@@ -141,18 +141,15 @@ impl Storage {
 /// never hands out references to plain data in it, only a slice of
 /// `AtomicU64`, which permits shared mutation; every access edgemark makes is
 /// atomic. The file's length was checked against the geometry before the
-/// slice was formed (`docs/limitations.md` covers a file shrunk afterwards).
+/// slice was formed (`docs/limitations.md` covers a file shrunk afterwards;
+/// [`GuardedMap`](crate::fault::GuardedMap) owns the mapping, its `SIGBUS`
+/// guard and the file).
 #[cfg(not(edgemark_loom))]
 pub(crate) struct Mapped {
-    /// The mapping's registration with the `SIGBUS` handler (`fault.rs`);
-    /// declared before `map` so that it is dropped, and the range
-    /// unregistered, before the mapping is unmapped. `None` when the
-    /// handler's table was full: the mapping then works unguarded.
-    guard: Option<crate::fault::Guard>,
-    map: memmap2::MmapRaw,
-    /// Kept open for the lifetime of the mapping: its length is re-checked
-    /// before sweeps, and a sealed region lives as long as it is open.
-    file: std::fs::File,
+    /// The mapping, guarded; the file is kept open with it: its length is
+    /// re-checked before sweeps, and a sealed region lives as long as it is
+    /// open.
+    map: crate::fault::GuardedMap,
     /// Whether the mapping is writable; a read-only one must never be
     /// written (the recorder refuses every writing call before it).
     access: Access,
@@ -161,50 +158,20 @@ pub(crate) struct Mapped {
 #[cfg(not(edgemark_loom))]
 impl Mapped {
     fn new(file: std::fs::File, len: u64, access: Access) -> std::io::Result<Mapped> {
-        let mut opts = memmap2::MmapOptions::new();
-        opts.len(len as usize);
-        // Fill the page tables now when every page of the file already
-        // exists (a region whose space was reserved, the default): no
-        // memory is added, and no later record or poll pays a first-touch
-        // page fault (5-20 us each on the virtualised benchmark machine; see
-        // `docs/benchmarks.md`, "Visibility"). A sparse region's holes are
-        // left alone: on a memory-backed file system even a read fault
-        // allocates the page.
-        use std::os::unix::fs::MetadataExt;
-        if file.metadata()?.blocks().saturating_mul(512) >= len {
-            opts.populate();
-        }
-        let map = match access {
-            Access::ReadWrite => opts.map_raw(&file)?,
-            Access::ReadOnly => opts.map_raw_read_only(&file)?,
-        };
-        use std::os::fd::AsRawFd;
-        // The file stays open in `self` for at least the guard's lifetime
-        // (the guard is dropped first), as `register` requires.
-        let guard = crate::fault::register(
-            map.as_mut_ptr(),
-            map.len(),
-            access == Access::ReadWrite,
-            file.as_raw_fd(),
-        );
-        Ok(Mapped {
-            guard,
-            map,
-            file,
-            access,
-        })
+        let map = crate::fault::GuardedMap::new(file, len as usize, access == Access::ReadWrite)?;
+        Ok(Mapped { map, access })
     }
 
     /// See [`Storage::slot_runs`].
     fn slot_runs(&self, layout: &crate::layout::Layout, mut f: impl FnMut(u32, u32)) {
-        use rustix::fs::{seek, SeekFrom};
+        use rustix::fs::{SeekFrom, seek};
         let first = layout.slots_offset_bytes();
         let stride = layout.slot_stride_bytes();
         let end = first + u64::from(layout.slots) * stride;
         let slot_of = |byte: u64| ((byte.saturating_sub(first)) / stride) as u32;
         let mut at = first;
         while at < end {
-            let data = match seek(&self.file, SeekFrom::Data(at)) {
+            let data = match seek(self.map.file(), SeekFrom::Data(at)) {
                 Ok(d) => d,
                 // ENXIO: no data at or after `at`; the rest is a hole.
                 Err(e) if e == Errno::NXIO => return,
@@ -214,7 +181,7 @@ impl Mapped {
             if data >= end {
                 return;
             }
-            let hole = match seek(&self.file, SeekFrom::Hole(data)) {
+            let hole = match seek(self.map.file(), SeekFrom::Hole(data)) {
                 Ok(h) => h.min(end),
                 Err(_) => end,
             };
@@ -234,7 +201,8 @@ impl Mapped {
             return Err(e);
         }
         let actual = self
-            .file
+            .map
+            .file()
             .metadata()
             .map_err(|e| AttachError::Io(PathBuf::from("(mapped region)"), e))?
             .len();
@@ -248,7 +216,7 @@ impl Mapped {
     /// The error that says why an access lost a page of the mapping, if
     /// one did (`fault.rs`).
     fn fault_error(&self) -> Option<AttachError> {
-        self.guard.as_ref()?.fault().map(|f| match f {
+        self.map.fault().map(|f| match f {
             crate::fault::Fault::Shrunk => AttachError::Shrunk,
             crate::fault::Fault::NoSpace => AttachError::NoSpace,
         })
@@ -258,9 +226,7 @@ impl Mapped {
     /// it, or had no space for it (`fault.rs`); stays set once set.
     #[inline]
     fn faulted(&self) -> bool {
-        self.guard
-            .as_ref()
-            .is_some_and(crate::fault::Guard::faulted)
+        self.map.faulted()
     }
 
     #[inline]
@@ -552,9 +518,9 @@ pub(crate) fn open_file(
         });
     }
     if len > MAX_REGION_BYTES || len % 8 != 0 {
-        return Err(AttachError::Geometry(format!(
-            "the file is {len} bytes, which no region geometry gives"
-        )));
+        return Err(AttachError::Geometry(
+            crate::layout::GeometryError::FileLength(len),
+        ));
     }
     let mapped = Mapped::new(file, len, access).map_err(io)?;
     let header = read_header(mapped.words(), len)?;

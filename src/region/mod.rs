@@ -12,7 +12,7 @@ mod header;
 mod map;
 
 pub use error::{AttachError, CreateError};
-pub(crate) use header::{new_header, Header, FLAG_MIXED_PID_NS};
+pub(crate) use header::{Header, mark_mixed_pid_namespaces, mixed_pid_namespaces, new_header};
+pub(crate) use map::{Access, FileOwner, Opened, Storage, create_in_memory, open_copy};
 #[cfg(not(edgemark_loom))]
 pub(crate) use map::{create_file, create_sealed, open_file};
-pub(crate) use map::{create_in_memory, open_copy, Access, FileOwner, Opened, Storage};

@@ -10,12 +10,12 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use edgemark::{Edge, Recorder, Snapshot, Token};
 
 use super::rng::Rng;
 use super::wire::{Dispatch, Plan, Report};
-use super::{socket_path, DemoOptions, DemoResult, STAGES};
+use super::{DemoOptions, DemoResult, STAGES, socket_path};
 
 /// The stage worker processes and their standard inputs.
 struct Workers {
@@ -118,10 +118,10 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
-                if let Some(r) = Report::decode(&line) {
-                    if tx.send(r).is_err() {
-                        break;
-                    }
+                if let Some(r) = Report::decode(&line)
+                    && tx.send(r).is_err()
+                {
+                    break;
                 }
             }
         });

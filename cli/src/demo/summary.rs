@@ -5,15 +5,7 @@ use std::fmt::Write as _;
 use edgemark::{Edge, Event};
 
 use super::DemoResult;
-
-/// The nearest-rank percentile of sorted values.
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
+use crate::views::data::percentile;
 
 /// The table the demo prints: per edge, each boundary and each delta between
 /// consecutive boundaries, then the requests and the refused records.

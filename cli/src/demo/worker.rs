@@ -8,16 +8,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use edgemark::{Edge, Event, Mark, Outcome, Recorder, Token};
 
 use super::rng::Rng;
 use super::timers::{Step, Timers};
 use super::wire::{Chunk, Dispatch, Plan, Report};
-use super::{socket_path, STAGES};
+use super::{STAGES, socket_path};
 
 #[derive(Debug, Default)]
 struct ReqState {

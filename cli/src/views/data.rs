@@ -2,8 +2,8 @@
 //! requests read back from snapshot JSON (the upstream recorder's
 //! `metrics["stream_edge_metrics"]` form).
 
-use anyhow::{anyhow, bail, Context, Result};
-use edgemark::{Histogram, BUCKETS_MS};
+use anyhow::{Context, Result, anyhow, bail};
+use edgemark::{BUCKETS_MS, EdgeHistogram, Histogram};
 use serde_json::Value;
 
 /// Short labels of the default schema's four events, in schema order.
@@ -22,12 +22,12 @@ pub(crate) fn short_event(name: &str) -> &str {
         .map_or(name, |(_, short)| short)
 }
 
-/// The short label of a histogram metric: an event, or a delta
-/// `"<a>__to__<b>"` shown as `a -> b`.
-pub(crate) fn short_metric(metric: &str) -> String {
-    match metric.split_once("__to__") {
+/// The short label of a histogram: its event, or its delta's two events
+/// shown as `a -> b` (from the histogram's own fields, not its metric name).
+pub(crate) fn short_metric(h: &EdgeHistogram) -> String {
+    match &h.delta {
         Some((a, b)) => format!("{} -> {}", short_event(a), short_event(b)),
-        None => short_event(metric).to_owned(),
+        None => short_event(&h.metric).to_owned(),
     }
 }
 
@@ -41,11 +41,8 @@ pub(crate) fn since(now: &Histogram, start: &Histogram) -> Histogram {
         .zip(start.buckets.iter().chain(std::iter::repeat(&0)))
         .map(|(n, s)| n.saturating_sub(*s))
         .collect();
-    Histogram {
-        count: buckets.iter().sum(),
-        sum_ms: (now.sum_ms - start.sum_ms).max(0.0),
-        buckets,
-    }
+    let count = buckets.iter().sum();
+    Histogram::new(buckets, (now.sum_ms - start.sum_ms).max(0.0), count)
 }
 
 /// The `q`-quantile (0 < q <= 1) of the values a histogram counts, estimated
@@ -85,7 +82,7 @@ pub(crate) struct Val {
 
 /// One edge segment of one request.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Seg {
+pub(crate) struct SegmentRow {
     /// The edge, `from->to`.
     pub(crate) edge: String,
     /// The segment index.
@@ -94,7 +91,7 @@ pub(crate) struct Seg {
     pub(crate) values: Vec<Option<Val>>,
 }
 
-impl Seg {
+impl SegmentRow {
     /// `"from->to:segment"`, as snapshots key it.
     pub(crate) fn key(&self) -> String {
         format!("{}:{}", self.edge, self.segment)
@@ -110,12 +107,12 @@ impl Seg {
 
 /// One request: a snapshot as one JSON line.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Request {
+pub(crate) struct RequestRow {
     /// The line it came from (1-based), or its position for in-memory
     /// snapshots.
     pub(crate) line: usize,
     /// Its edge segments, in the order the snapshot lists them.
-    pub(crate) segments: Vec<Seg>,
+    pub(crate) segments: Vec<SegmentRow>,
 }
 
 /// Snapshots read back: the events they name and the requests.
@@ -126,7 +123,7 @@ pub(crate) struct Collected {
     /// Edges, `from->to`, in the order first seen.
     pub(crate) edges: Vec<String>,
     /// The requests, in input order.
-    pub(crate) requests: Vec<Request>,
+    pub(crate) requests: Vec<RequestRow>,
 }
 
 impl Collected {
@@ -162,11 +159,11 @@ impl Collected {
         for s in &mut segments {
             s.values.resize(self.events.len(), None);
         }
-        self.requests.push(Request { line, segments });
+        self.requests.push(RequestRow { line, segments });
         Ok(())
     }
 
-    fn segment(&mut self, key: &str, v: &Value) -> Result<Seg> {
+    fn segment(&mut self, key: &str, v: &Value) -> Result<SegmentRow> {
         let obj = v
             .as_object()
             .ok_or_else(|| anyhow!("not an edge segment object"))?;
@@ -213,7 +210,7 @@ impl Collected {
         if key != format!("{edge}:{segment}") {
             bail!("the key does not match from_stage, to_stage and segment_index");
         }
-        Ok(Seg {
+        Ok(SegmentRow {
             edge,
             segment,
             values,
@@ -270,7 +267,8 @@ impl Collected {
     }
 }
 
-/// The nearest-rank percentile of sorted values.
+/// The nearest-rank percentile of sorted values (the demo's table and the
+/// report page share it).
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
@@ -286,11 +284,8 @@ mod tests {
     fn hist(buckets: &[u64]) -> Histogram {
         let mut b = buckets.to_vec();
         b.resize(BUCKETS_MS.len() + 1, 0);
-        Histogram {
-            count: b.iter().sum(),
-            sum_ms: 0.0,
-            buckets: b,
-        }
+        let count = b.iter().sum();
+        Histogram::new(b, 0.0, count)
     }
 
     #[test]

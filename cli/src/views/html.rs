@@ -16,10 +16,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
-use edgemark::{Snapshot, HOST_MONOTONIC};
+use anyhow::{Context, Result, bail};
+use edgemark::{HOST_MONOTONIC, Snapshot};
 
-use super::data::{percentile, short_event, Collected, Request, Seg};
+use super::data::{Collected, RequestRow, SegmentRow, percentile, short_event};
 
 /// Bins of every histogram.
 pub(crate) const BINS: usize = 20;
@@ -131,7 +131,7 @@ fn axis_domain(c: &Collected) -> String {
 }
 
 /// A request's total in `domain`: its latest event there.
-fn total(r: &Request, domain: &str) -> Option<f64> {
+fn total(r: &RequestRow, domain: &str) -> Option<f64> {
     r.segments
         .iter()
         .flat_map(|s| s.values.iter().flatten())
@@ -142,8 +142,8 @@ fn total(r: &Request, domain: &str) -> Option<f64> {
 
 /// The typical (median total, nearest rank) and the slowest request in
 /// `domain`, and how many requests have no event there.
-fn pick<'a>(c: &'a Collected, domain: &str) -> (Vec<(&'static str, &'a Request, f64)>, usize) {
-    let mut ranked: Vec<(&Request, f64)> = c
+fn pick<'a>(c: &'a Collected, domain: &str) -> (Vec<(&'static str, &'a RequestRow, f64)>, usize) {
+    let mut ranked: Vec<(&RequestRow, f64)> = c
         .requests
         .iter()
         .filter_map(|r| Some((r, total(r, domain)?)))
@@ -160,8 +160,8 @@ fn pick<'a>(c: &'a Collected, domain: &str) -> (Vec<(&'static str, &'a Request, 
 }
 
 /// The edge segments of a request in declared-edge order, then segment.
-fn ordered<'a>(c: &Collected, r: &'a Request) -> Vec<&'a Seg> {
-    let mut segs: Vec<&Seg> = r.segments.iter().collect();
+fn ordered<'a>(c: &Collected, r: &'a RequestRow) -> Vec<&'a SegmentRow> {
+    let mut segs: Vec<&SegmentRow> = r.segments.iter().collect();
     segs.sort_by_key(|s| (c.edges.iter().position(|e| *e == s.edge), s.segment));
     segs
 }
@@ -174,7 +174,7 @@ fn waterfall(
     out: &mut String,
     c: &Collected,
     which: &str,
-    r: &Request,
+    r: &RequestRow,
     total_ms: f64,
     domain: &str,
 ) {
@@ -270,7 +270,7 @@ fn waterfall(
 }
 
 /// The excluded events of a drawn request: those of another clock domain.
-fn excluded(c: &Collected, which: &str, r: &Request, domain: &str) -> Vec<String> {
+fn excluded(c: &Collected, which: &str, r: &RequestRow, domain: &str) -> Vec<String> {
     let mut out = Vec::new();
     for s in ordered(c, r) {
         for (i, v) in s.values.iter().enumerate() {

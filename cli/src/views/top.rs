@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result, anyhow, bail};
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::terminal::{
-    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
 };
 use crossterm::{cursor, execute};
 use edgemark::{
@@ -43,7 +43,9 @@ pub(crate) fn run(rec: Recorder, path: &Path, interval: f64) -> Result<()> {
         bail!("--interval must be a number of seconds from 0.05 to 3600");
     }
     if !io::stdout().is_terminal() {
-        bail!("top draws on a terminal; for a pipe or a file use `edgemark watch` or `edgemark inspect`");
+        bail!(
+            "top draws on a terminal; for a pipe or a file use `edgemark watch` or `edgemark inspect`"
+        );
     }
     let interval = Duration::from_secs_f64(interval);
     let mut top = Top::new(rec, path, interval)?;
@@ -241,7 +243,7 @@ impl Top {
                     Some(s) => since(&h.histogram, &s.histogram),
                     None => h.histogram.clone(),
                 };
-                (h.edge.to_string(), short_metric(&h.metric), closed)
+                (h.edge.to_string(), short_metric(h), closed)
             })
             .collect();
 
@@ -365,7 +367,7 @@ impl Top {
                 match k.code {
                     KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
                     KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
-                        return Ok(())
+                        return Ok(());
                     }
                     KeyCode::Up => self.scroll = self.scroll.saturating_sub(1),
                     KeyCode::Down => self.scroll = (self.scroll + 1).min(max),
