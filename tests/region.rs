@@ -1019,11 +1019,12 @@ fn a_reserved_region_is_mapped_whole_so_records_and_polls_take_no_page_fault() {
     }
     for t in &tokens {
         let s = reader.snapshot(*t);
-        assert!(s
-            .segment(E12, 0)
-            .unwrap()
-            .get(ConsumerFirstNonemptyOutput)
-            .is_some());
+        assert!(
+            s.segment(E12, 0)
+                .unwrap()
+                .get(ConsumerFirstNonemptyOutput)
+                .is_some()
+        );
     }
     let faults = thread_minor_faults() - before;
     // Without the filled page tables this is several hundred (one write

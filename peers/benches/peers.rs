@@ -42,6 +42,10 @@
 //! rounds and the pings per system; `EDGEMARK_PEERS_CRITERION=0` skips the
 //! criterion measurements.
 
+// The bench's own counters and flags live in one process, outside the
+// region and the loom models: std's atomics are the right tool here.
+#![allow(clippy::disallowed_types)]
+
 use std::hint::black_box;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -118,10 +122,8 @@ trait Row {
 /// Zeroed heap cells, one per first write of a chunk.
 // The floor is a plain core atomic on purpose, not the protocol: the sync
 // facade does not apply.
-#[allow(clippy::disallowed_types)]
 struct Floor(Box<[std::sync::atomic::AtomicU64]>);
 
-#[allow(clippy::disallowed_types)]
 impl Floor {
     fn new() -> Floor {
         Floor(
@@ -132,7 +134,6 @@ impl Floor {
     }
 }
 
-#[allow(clippy::disallowed_types)]
 impl Row for Floor {
     fn id(&self) -> &'static str {
         "floor_clock_cas"
@@ -477,7 +478,6 @@ impl Drop for IoxRow {
 
 // A plain ring in this process, not the protocol: the sync facade does not
 // apply.
-#[allow(clippy::disallowed_types)]
 mod ring {
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -493,13 +493,11 @@ mod ring {
     /// field. Writers claim an entry with one `fetch_add`.
     // A plain ring in this process, not the protocol: the sync facade does
     // not apply.
-    #[allow(clippy::disallowed_types)]
     pub(super) struct Ring {
         head: AtomicU64,
         entries: Box<[[AtomicU64; 3]]>,
     }
 
-    #[allow(clippy::disallowed_types)]
     impl Ring {
         pub(super) fn new() -> Ring {
             Ring {
@@ -715,12 +713,10 @@ fn print_interleaved(rows: &[Box<dyn Row>], blocks: &[Vec<f64>], rounds: usize, 
 /// observer has seen (it stores, this process waits for it).
 // A plain word in a page of two processes' own: the sync facade is for the
 // protocol and does not apply.
-#[allow(clippy::disallowed_types)]
 struct Control {
     map: memmap2::MmapRaw,
 }
 
-#[allow(clippy::disallowed_types)]
 impl Control {
     fn open(path: &Path, create: bool) -> Control {
         let f = std::fs::OpenOptions::new()
