@@ -48,6 +48,17 @@ def payload(kind: str):
     raise ValueError(kind)
 
 
+def sent(runner, rid: str) -> None:
+    """Waits until the send thread is done with every payload of ``rid``
+    (sent, or given up after its retries)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with runner._lock:
+            if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
+                return
+        time.sleep(0.005)
+
+
 def main() -> None:
     stage_id, worker_type = int(sys.argv[1]), sys.argv[2]
     full = sys.argv[3:] == ["full"]
@@ -80,22 +91,12 @@ def main() -> None:
         op, rid = cmd["op"], cmd.get("rid")
         if op == "send":
             ok = runner.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output=cmd["kind"])
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                with runner._lock:
-                    if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
-                        break
-                time.sleep(0.005)
+            sent(runner, rid)
             reply = {"ok": ok}
         elif op == "send_full":
             request = SimpleNamespace(request_id=rid, external_req_id=rid)
             sent = runner.send_full_payload_outputs(None, {rid: (cmd["kind"], request)})
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                with runner._lock:
-                    if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
-                        break
-                time.sleep(0.005)
+            sent(runner, rid)
             reply = {"ok": sent == [rid]}
         elif op == "register":
             runner.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
