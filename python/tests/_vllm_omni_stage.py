@@ -48,7 +48,7 @@ def payload(kind: str):
     raise ValueError(kind)
 
 
-def sent(runner, rid: str) -> None:
+def wait_sent(runner, rid: str) -> None:
     """Waits until the send thread is done with every payload of ``rid``
     (sent, or given up after its retries)."""
     deadline = time.monotonic() + 30
@@ -91,12 +91,12 @@ def main() -> None:
         op, rid = cmd["op"], cmd.get("rid")
         if op == "send":
             ok = runner.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output=cmd["kind"])
-            sent(runner, rid)
+            wait_sent(runner, rid)
             reply = {"ok": ok}
         elif op == "send_full":
             request = SimpleNamespace(request_id=rid, external_req_id=rid)
             sent = runner.send_full_payload_outputs(None, {rid: (cmd["kind"], request)})
-            sent(runner, rid)
+            wait_sent(runner, rid)
             reply = {"ok": sent == [rid]}
         elif op == "register":
             runner.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
