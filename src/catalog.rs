@@ -160,15 +160,7 @@ impl Catalog {
 #[cfg(all(test, not(edgemark_loom)))]
 mod tests {
     use super::*;
-    use crate::domains::write_declared;
-    use crate::layout::HEADER_WORDS;
-    use crate::sync::HeapWords;
-
-    fn table() -> HeapWords {
-        let heap = HeapWords::zeroed(HEADER_WORDS);
-        write_declared(heap.words(), &["host_monotonic".to_owned()]);
-        heap
-    }
+    use crate::domains::tests::table;
 
     #[test]
     fn the_catalog_finds_met_names_by_their_packed_words_only() {

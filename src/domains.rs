@@ -252,12 +252,13 @@ impl LoomTable {
 }
 
 #[cfg(all(test, not(edgemark_loom)))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::layout::HEADER_WORDS;
     use crate::sync::HeapWords;
 
-    fn table() -> HeapWords {
+    /// A table holding the shared clock only (also the catalog's tests').
+    pub(crate) fn table() -> HeapWords {
         let heap = HeapWords::zeroed(HEADER_WORDS);
         write_declared(heap.words(), &["host_monotonic".to_owned()]);
         heap
