@@ -651,14 +651,15 @@ def _slots_for(pools: List[Any]) -> int:
     """Requests the region holds open at once for these stage pools:
     ``EDGEMARK_VLLM_OMNI_SLOTS``, else four times the sum of the stages'
     ``max_num_seqs`` (at least 256, at most 65536), else 1024."""
+    slots = _env_slots()
+    if slots is not None:
+        return slots
     total = 0
     for pool in pools:
         cfg = getattr(pool, "stage_vllm_config", None)
         n = getattr(getattr(cfg, "scheduler_config", None), "max_num_seqs", None)
         if isinstance(n, int) and n > 0:
             total += n
-    if _env_slots():
-        return _env_slots()  # type: ignore[return-value]
     return min(max(4 * total, _MIN_SLOTS), _MAX_SLOTS) if total else _FALLBACK_SLOTS
 
 
