@@ -2,8 +2,10 @@
 
 mod demo;
 mod ops;
+mod otlp;
 mod out;
 mod serve;
+mod trace_shim;
 mod views;
 
 use std::io::IsTerminal;
@@ -161,13 +163,25 @@ enum Command {
         #[command(flatten)]
         trust: Trust,
     },
-    /// Serve the region's metrics to Prometheus on /metrics.
+    /// Serve the region's metrics to Prometheus on /metrics, and with
+    /// --otlp send each closed request as OpenTelemetry spans.
     Export {
         /// The region file.
         path: PathBuf,
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:9464")]
-        listen: String,
+        /// Address to serve /metrics on [default: 127.0.0.1:9464, unless
+        /// --otlp is given without it].
+        #[arg(long)]
+        listen: Option<String>,
+        /// Send each closed request as spans (OTLP over HTTP, protobuf) to
+        /// the collector at URL, its base URL as OTEL_EXPORTER_OTLP_ENDPOINT
+        /// takes it (/v1/traces is appended). Without URL, the
+        /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
+        /// variable says where; the other OTEL_EXPORTER_OTLP_* variables,
+        /// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are honoured. It
+        /// takes the closed requests from the region's ring, so it writes
+        /// the region: a file of another user needs --allow-foreign-owner.
+        #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+        otlp: Option<String>,
         /// Stop after this many seconds (default: run until killed).
         #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
         serve_for: Option<f64>,
@@ -406,23 +420,65 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Export {
             path,
             listen,
+            otlp,
             serve_for,
-            ..
+            trust,
         } => {
             let rec = attach_for_reading(&path)?;
             let serve_for = match serve_for {
                 Some(s) => Some(seconds("--serve-for", s)?),
                 None => None,
             };
-            let listener = std::net::TcpListener::bind(listen.as_str())
-                .with_context(|| format!("cannot listen on {listen}"))?;
-            outln!("serving http://{}/metrics", listener.local_addr()?);
-            out::flush()?;
-            // After a shrink found by a scrape, the next scrape attaches
-            // again, once the file is whole.
-            let again = path.clone();
-            let source = crate::serve::Source::new(rec, path, move || attach_for_reading(&again));
-            crate::serve::serve(source, listener, serve_for)?;
+            let listen = match (listen, &otlp) {
+                (Some(l), _) => Some(l),
+                (None, None) => Some("127.0.0.1:9464".to_owned()),
+                (None, Some(_)) => None,
+            };
+            let listener = listen
+                .map(|l| {
+                    std::net::TcpListener::bind(l.as_str())
+                        .with_context(|| format!("cannot listen on {l}"))
+                })
+                .transpose()?;
+            let exporter = match otlp {
+                Some(url) => {
+                    let config =
+                        crate::otlp::Config::new(Some(url.as_str()), |k| std::env::var(k).ok())?;
+                    let trust = Trust {
+                        allow_foreign_owner: trust.allow_foreign_owner,
+                    };
+                    let drainer = attach_for_export(&path, trust)?;
+                    let again = path.clone();
+                    let e = crate::otlp::Exporter::start(
+                        config.clone(),
+                        drainer,
+                        path.clone(),
+                        move || attach_for_export(&again, trust),
+                        serve_for,
+                    )?;
+                    outln!("sending closed requests as spans to {}", config.url);
+                    Some(e)
+                }
+                None => None,
+            };
+            if let Some(listener) = listener {
+                outln!("serving http://{}/metrics", listener.local_addr()?);
+                out::flush()?;
+                // After a shrink found by a scrape, the next scrape attaches
+                // again, once the file is whole.
+                let again = path.clone();
+                let mut source =
+                    crate::serve::Source::new(rec, path, move || attach_for_reading(&again));
+                if let Some(e) = &exporter {
+                    source = source.with_otlp(e.stats());
+                }
+                crate::serve::serve(source, listener, serve_for)?;
+            } else {
+                out::flush()?;
+            }
+            if let Some(e) = exporter {
+                e.join()?;
+            }
         }
         Command::Top { path, interval, .. } => {
             crate::views::top::run(attach_for_reading(&path)?, &path, interval)?
@@ -527,6 +583,16 @@ fn attach_for_reading(path: &Path) -> Result<Recorder> {
         .allow_foreign_owner(true)
         .allow_foreign_clock(true)
         .read_only(true)
+        .attach(path)
+        .map_err(|e| named(path, e))
+}
+
+/// Attach to export closed requests: takes them from the region's ring
+/// (which writes its read cursor), never reads the clock.
+fn attach_for_export(path: &Path, trust: Trust) -> Result<Recorder> {
+    trust
+        .options()
+        .allow_foreign_clock(true)
         .attach(path)
         .map_err(|e| named(path, e))
 }

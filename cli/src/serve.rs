@@ -78,6 +78,8 @@ pub(crate) struct Source {
     /// Times another file was found at the path and attached.
     replaced: Mutex<u64>,
     reopen: Box<dyn Fn() -> Result<Recorder> + Send + Sync>,
+    /// The OTLP exporter's counters, served after the region's.
+    otlp: Option<Arc<crate::otlp::Stats>>,
 }
 
 /// The device and inode of the file at `path`, or why there is none.
@@ -98,7 +100,14 @@ impl Source {
             shown: Mutex::new(Shown::Region(rec, id)),
             replaced: Mutex::new(0),
             reopen: Box::new(reopen),
+            otlp: None,
         }
+    }
+
+    /// Also serves the counters of `edgemark export --otlp`.
+    pub(crate) fn with_otlp(mut self, stats: Arc<crate::otlp::Stats>) -> Source {
+        self.otlp = Some(stats);
+        self
     }
 
     /// The recorder to read now, if any, after checking the file.
@@ -186,9 +195,12 @@ impl Source {
             Format::OpenMetrics => "edgemark_region_replaced",
             Format::Text => "edgemark_region_replaced_total",
         };
-        let lines = format!(
+        let mut lines = format!(
             "# HELP {family} {help}\n# TYPE {family} counter\nedgemark_region_replaced_total {replaced}\n"
         );
+        if let Some(otlp) = &self.otlp {
+            lines.push_str(&otlp.render(format));
+        }
         match body.strip_suffix("# EOF\n").map(str::len) {
             Some(at) => body.insert_str(at, &lines),
             None => body.push_str(&lines),
