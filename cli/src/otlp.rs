@@ -585,18 +585,22 @@ pub(crate) fn request_spans(req: &RequestView<'_>, naming: &Naming, out: &mut Ve
             };
             attributes.push(kv(format!("edgemark.{name}_ms"), double(ms)));
             attributes.push(kv(format!("edgemark.{name}.clock_domain"), s(domain)));
-            if let Some((prev, prev_name)) = previous
-                && let Some(d) = seg.elapsed_between(prev, id)
-            {
-                attributes.push(kv(format!("edgemark.{prev_name}_to_{name}_ms"), double(d)));
-            }
-            previous = Some((id, name.as_str()));
             let mut ev = vec![
                 kv("edgemark.edge", s(edge.as_str())),
                 kv("edgemark.segment", int(index)),
                 kv("edgemark.elapsed_ms", double(ms)),
                 kv("edgemark.clock_domain", s(domain)),
             ];
+            // The delta from the previous recorded event, only within one
+            // clock domain.
+            if let Some((prev, prev_name)) = previous
+                && let Some(d) = seg.elapsed_between(prev, id)
+            {
+                attributes.push(kv(format!("edgemark.{prev_name}_to_{name}_ms"), double(d)));
+                ev.push(kv("edgemark.since_previous_ms", double(d)));
+                ev.push(kv("edgemark.previous_event", s(prev_name)));
+            }
+            previous = Some((id, name.as_str()));
             if !host {
                 ev.push(kv(
                     "edgemark.placed_at_origin",

@@ -1,0 +1,130 @@
+"""edgemark's values as OpenTelemetry span events, for a process that
+already traces with the OpenTelemetry SDK (for example a vLLM-Omni
+orchestrator with tracing on).
+
+``add_snapshot(span, snapshot)`` adds the events ``edgemark export --otlp``
+puts on its edge spans to the caller's own span: one event per recorded
+boundary of each edge segment, named for the event
+(``producer_first_nonempty_emit``, ...), at its absolute time: the
+request's origin on the wall clock plus the elapsed time. Each event's
+attributes give the edge (``edgemark.edge``: ``"0->1"``), the segment, the
+relative time (``edgemark.elapsed_ms``), its clock domain, and the delta
+from the previous recorded event of the segment when both share one clock
+domain (``edgemark.since_previous_ms``); values of two domains are never
+subtracted. A value measured in a foreign clock domain (anywhere but
+``host_monotonic``) is placed at the origin, its relative time kept in
+``edgemark.elapsed_ms``, marked ``edgemark.placed_at_origin``.
+
+The module needs only ``opentelemetry-api`` (the extra ``otel``), and not
+even that to import: it calls the span it is given.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, List, Mapping, Optional, Tuple, Union
+
+__all__ = ["add_snapshot", "HOST_MONOTONIC"]
+
+#: The region's shared clock domain; values in any other were measured
+#: elsewhere.
+HOST_MONOTONIC = "host_monotonic"
+
+_Snapshot = Union[Mapping[str, Mapping[str, Any]], str, bytes]
+
+
+def _segments(snapshot: _Snapshot) -> Mapping[str, Mapping[str, Any]]:
+    if isinstance(snapshot, (str, bytes, bytearray)):
+        snapshot = json.loads(snapshot)
+    if not isinstance(snapshot, Mapping):
+        raise TypeError(
+            "snapshot must be a snapshot dict (Region.close, Region.snapshot) "
+            f"or its JSON text, not {type(snapshot).__name__}"
+        )
+    return snapshot
+
+
+def _origin(span: Any, snapshot: Any, origin_unix_ns: Optional[int]) -> int:
+    if origin_unix_ns is not None:
+        origin = origin_unix_ns
+    else:
+        # A snapshot object that knows its request's origin, else the span's
+        # start (the SDK's spans have one): the caller's span began with the
+        # request.
+        origin = getattr(snapshot, "origin_unix_ns", None)
+        if origin is None:
+            origin = getattr(span, "start_time", None)
+        if origin is None:
+            raise ValueError(
+                "add_snapshot: pass origin_unix_ns (the request's begin on the wall "
+                "clock, time.time_ns()): this span has no start time to take it from"
+            )
+    if isinstance(origin, bool) or not isinstance(origin, int) or origin < 0:
+        raise ValueError(f"origin_unix_ns must be a non-negative int, not {origin!r}")
+    return origin
+
+
+def add_snapshot(
+    span: Any,
+    snapshot: _Snapshot,
+    origin_unix_ns: Optional[int] = None,
+) -> int:
+    """Adds the snapshot's boundaries to ``span`` as span events; returns how
+    many it added.
+
+    ``snapshot`` is a snapshot dict as ``Region.close`` or
+    ``Region.snapshot`` return it (the upstream ``stream_edge_metrics``
+    map), or its JSON text. ``origin_unix_ns`` is the request's origin on
+    the wall clock (``time.time_ns()`` taken with ``Region.begin``); without
+    it, the span's own start time is taken (the SDK's spans have one), so a
+    span started when the request began needs none.
+
+    Events of one segment are added in time order (schema order among
+    equal times), segments in the snapshot's order. A span that is not
+    recording gets nothing (0 is returned).
+    """
+    segments = _segments(snapshot)
+    is_recording = getattr(span, "is_recording", None)
+    if is_recording is not None and not is_recording():
+        return 0
+    origin = _origin(span, snapshot, origin_unix_ns)
+    added = 0
+    for key, seg in segments.items():
+        if not isinstance(seg, Mapping):
+            raise TypeError(f"snapshot[{key!r}] is not an edge segment dict")
+        edge = f"{seg.get('from_stage')}->{seg.get('to_stage')}"
+        index = int(seg.get("segment_index", 0))
+        domains = seg.get("clock_domains") or {}
+        events: List[Tuple[int, int, str, dict]] = []
+        previous: Optional[Tuple[str, float, str]] = None
+        order = 0
+        for field, value in seg.items():
+            if not field.endswith("_ms") or value is None:
+                continue
+            name = field[: -len("_ms")]
+            ms = float(value)
+            domain = str(domains.get(name, HOST_MONOTONIC))
+            attributes: dict = {
+                "edgemark.edge": edge,
+                "edgemark.segment": index,
+                "edgemark.elapsed_ms": ms,
+                "edgemark.clock_domain": domain,
+            }
+            if domain == HOST_MONOTONIC:
+                at = origin + round(ms * 1_000_000)
+            else:
+                at = origin
+                attributes["edgemark.placed_at_origin"] = True
+            if previous is not None:
+                prev_name, prev_ms, prev_domain = previous
+                # As the snapshot's elapsed_between: one domain, not backwards.
+                if prev_domain == domain and ms >= prev_ms:
+                    attributes["edgemark.since_previous_ms"] = round(ms - prev_ms, 3)
+                    attributes["edgemark.previous_event"] = prev_name
+            previous = (name, ms, domain)
+            events.append((at, order, name, attributes))
+            order += 1
+        for at, _, name, attributes in sorted(events):
+            span.add_event(name, attributes=attributes, timestamp=at)
+            added += 1
+    return added
