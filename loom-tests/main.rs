@@ -977,3 +977,107 @@ fn m9b_two_registrants_of_two_names() {
         o.2.as_ref().is_ok_and(|n| n.is_some())
     });
 }
+
+// ---------------------------------------------------------------------------
+// Model 10: the ring of closed requests.
+// ---------------------------------------------------------------------------
+
+/// A closed request as a reader took it: its slot and its producer value.
+type Took = (u32, Option<u64>);
+
+fn took(rec: &Recorder, max: usize) -> (Vec<Took>, u64) {
+    let mut out = Vec::new();
+    let d = rec.drain_closed(max, &mut out).expect("a writable region");
+    let took = out
+        .iter()
+        .map(|c| {
+            let v = view(c.snapshot());
+            (c.token().slot(), v.producer(0).map(|p| p.0))
+        })
+        .collect();
+    (took, d.lost)
+}
+
+/// Two closers close one request each (slot 0 with a 1 ms producer value,
+/// slot 1 with 2 ms) into a ring of one entry while a reader drains; the
+/// model's main thread drains again once they are done. No request is
+/// taken twice, each one taken carries its own value (never a mixture of
+/// the two closes that share the entry), and each close is either taken or
+/// counted lost: taken + lost = 2.
+#[test]
+fn m10a_two_closers_and_a_reader_share_one_ring_entry() {
+    const NAME: &str = "m10a_two_closers_and_a_reader_share_one_ring_entry";
+    let seen = explore(NAME, || {
+        let rec = Recorder::builder()
+            .edge(0, 1)
+            .slots(2)
+            .segments(1)
+            .closed_entries(1)
+            .create_in_memory()
+            .expect("a valid geometry");
+        let (t0, t1) = (rec.begin().unwrap(), rec.begin().unwrap());
+        emit(&rec, t0, 0, 1.0, 0);
+        emit(&rec, t1, 0, 2.0, 0);
+        let (r1, r2) = (rec.clone(), rec.clone());
+        let closer = spawn(move || r1.close(t1).state());
+        let reader = spawn(move || took(&r2, 2));
+        let closed = rec.close(t0).state();
+        let (during, lost_during) = reader.join().unwrap();
+        assert_eq!(closer.join().unwrap(), RequestState::Closed);
+        assert_eq!(closed, RequestState::Closed);
+        let (after, lost_after) = took(&rec, 2);
+        (during, after, lost_during + lost_after)
+    });
+    assert_only(NAME, &seen, |(during, after, lost)| {
+        let all: Vec<&Took> = during.iter().chain(after).collect();
+        let slots: HashSet<u32> = all.iter().map(|t| t.0).collect();
+        slots.len() == all.len()
+            && all
+                .iter()
+                .all(|&&(slot, v)| v == Some(if slot == 0 { 1000 } else { 2000 }))
+            && all.len() as u64 + lost == 2
+    });
+    assert_seen(
+        NAME,
+        &seen,
+        "the reader taking one during the closes",
+        |o| !o.0.is_empty(),
+    );
+    assert_seen(NAME, &seen, "both taken, none lost", |o| o.2 == 0);
+    assert_seen(NAME, &seen, "one overwritten and counted lost", |o| {
+        o.2 == 1
+    });
+}
+
+/// One closed request waits in the ring; two readers drain at once. Exactly
+/// one of them takes it (the shared cursor's compare-and-swap decides), and
+/// nothing is lost.
+#[test]
+fn m10b_two_readers_never_take_one_entry_twice() {
+    const NAME: &str = "m10b_two_readers_never_take_one_entry_twice";
+    let seen = explore(NAME, || {
+        let rec = Recorder::builder()
+            .edge(0, 1)
+            .slots(1)
+            .segments(1)
+            .closed_entries(2)
+            .create_in_memory()
+            .expect("a valid geometry");
+        let t = rec.begin().unwrap();
+        emit(&rec, t, 0, 1.0, 0);
+        rec.close(t);
+        let r1 = rec.clone();
+        let other = spawn(move || took(&r1, 4));
+        let mine = took(&rec, 4);
+        (mine, other.join().unwrap())
+    });
+    assert_only(NAME, &seen, |((a, la), (b, lb))| {
+        a.len() + b.len() == 1 && la + lb == 0 && a.iter().chain(b).all(|t| *t == (0, Some(1000)))
+    });
+    assert_seen(NAME, &seen, "the main reader taking it", |o| {
+        o.0.0.len() == 1
+    });
+    assert_seen(NAME, &seen, "the other reader taking it", |o| {
+        o.1.0.len() == 1
+    });
+}

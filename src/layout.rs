@@ -13,7 +13,7 @@ pub(crate) const HEADER_WORDS: usize = HEADER_BYTES / 8;
 /// `"EDGEMARK"` in little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"EDGEMARK");
 /// The region format this build reads and writes.
-pub(crate) const FORMAT_VERSION: u64 = 2;
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
 // Header words. Geometry and identity are written once before the version
 // word is published and never change after.
@@ -41,6 +41,18 @@ pub(crate) const H_CLOCK_KIND: usize = 19;
 /// A counter region's calibrated rate: counter ticks per 2^32 ns
 /// ([`crate::clock::RATE_BITS`]); 0 in a monotonic region.
 pub(crate) const H_COUNTER_RATE: usize = 20;
+/// Entries of the ring of closed requests (0: the region keeps none).
+pub(crate) const H_RING_ENTRIES: usize = 21;
+/// Bytes per entry of that ring.
+pub(crate) const H_RING_STRIDE: usize = 22;
+/// Where the ring begins, in bytes (after the slots).
+pub(crate) const H_RING_OFFSET: usize = 23;
+/// The ring's claim counter: closers take the next entry from it.
+pub(crate) const H_RING_CLAIM: usize = 24;
+/// The ring's shared read cursor: the next claim a reader takes.
+pub(crate) const H_RING_READ: usize = 25;
+/// Entries the readers skipped: overwritten or torn before read.
+pub(crate) const H_RING_LOST: usize = 26;
 // Written at run time, each group on its own cache line, away from the
 // read-mostly words above.
 /// The begin cursor: where the next `begin` starts its search.
@@ -73,6 +85,8 @@ pub(crate) const DOMAIN_ENTRY_WORDS: usize = 1 + NAME_WORDS;
 pub const MAX_SLOTS: u32 = 1 << 20;
 /// Most segments a region can keep per edge of a request.
 pub const MAX_SEGMENTS: u32 = 64;
+/// Most entries the ring of closed requests can have.
+pub const MAX_CLOSED_ENTRIES: u32 = 1 << 20;
 /// Largest region this build creates or attaches, in bytes.
 pub(crate) const MAX_REGION_BYTES: u64 = 1 << 34;
 
@@ -81,10 +95,51 @@ const S_HEAD: usize = 0;
 const S_ORIGIN: usize = 1;
 const S_OWNER_PID: usize = 2;
 const S_OWNER_START: usize = 3;
-const S_SEG: usize = 4;
+/// The request's trace context and wall-clock origin ([`TRACE_WORDS`]
+/// words, [`TraceWords`]).
+const S_TRACE: usize = 4;
+const S_SEG: usize = S_TRACE + TRACE_WORDS;
 /// Slots are padded to this many words (128 bytes: two cache lines, so that
 /// the adjacent-line prefetcher never couples two requests either).
 const SLOT_ALIGN_WORDS: usize = 16;
+
+/// Words of a request's trace context as a slot and a ring entry keep it:
+/// the trace id (high, low), the parent span id (0: none), the request's
+/// own span id, the trace flags, and the origin's `CLOCK_REALTIME` in
+/// nanoseconds since the Unix epoch. Written by `begin` with the origin,
+/// never changed while the request is open.
+pub(crate) const TRACE_WORDS: usize = 6;
+/// Where each word of the trace context lies, from its first.
+pub(crate) mod trace_word {
+    pub(crate) const TRACE_HI: usize = 0;
+    pub(crate) const TRACE_LO: usize = 1;
+    pub(crate) const PARENT: usize = 2;
+    pub(crate) const SPAN: usize = 3;
+    pub(crate) const FLAGS: usize = 4;
+    pub(crate) const ORIGIN_UNIX_NS: usize = 5;
+}
+
+// Ring entry words, from the start of an entry (`protocol/ring.rs`).
+/// The entry's state: `(claim + 1) << 1 | writing`, 0 before first use.
+pub(crate) const R_STATE: usize = 0;
+/// The checksum of the words after it, seeded with the claim.
+pub(crate) const R_CHECK: usize = 1;
+/// The request's trace context ([`TRACE_WORDS`] words).
+pub(crate) const R_TRACE: usize = 2;
+/// What the entry holds: 0 nothing (a close that lost its slot), 1 a
+/// closed request, 3 one whose read found a corrupt word.
+pub(crate) const R_KIND: usize = R_TRACE + TRACE_WORDS;
+/// The request's token: `slot | generation << 32`.
+pub(crate) const R_TOKEN: usize = R_KIND + 1;
+/// Microseconds from the request's origin to its close, on the region's
+/// clock.
+pub(crate) const R_CLOSED_US: usize = R_TOKEN + 1;
+/// The per-edge parts begin here: for each edge, the count of dropped
+/// segments, then `segments` places of a segment word (bit 63: present,
+/// low 32 bits: the index) and one value word per event.
+pub(crate) const R_EDGES: usize = R_CLOSED_US + 1;
+/// Ring entries are padded to this many words (a cache line).
+const RING_ALIGN_WORDS: usize = 8;
 
 /// Upper bounds of the histogram buckets, in milliseconds; a last bucket
 /// takes the rest. Part of the region format.
@@ -139,6 +194,10 @@ pub(crate) struct Layout {
     pub(crate) edges: u32,
     pub(crate) events: u32,
     pub(crate) slot_words: usize,
+    /// Entries of the ring of closed requests (0: none).
+    pub(crate) ring_entries: u32,
+    /// Words per ring entry.
+    pub(crate) ring_words: usize,
     /// `ceil(2^64 / segments)`, so that [`Layout::ring`] takes a count
     /// modulo `segments` with two multiplications instead of a division.
     ring_magic: u64,
@@ -259,6 +318,7 @@ impl Layout {
         segments: u32,
         edges: u32,
         events: u32,
+        ring_entries: u32,
     ) -> Result<Layout, GeometryError> {
         let bad = |what: &'static str, v: u32, max: u64| {
             Err(GeometryError::OutOfRange {
@@ -279,6 +339,13 @@ impl Layout {
         if events == 0 || events as usize > MAX_EVENTS {
             return bad("the event count", events, MAX_EVENTS as u64);
         }
+        if ring_entries > MAX_CLOSED_ENTRIES {
+            return Err(GeometryError::OutOfRange {
+                what: "the closed-request ring's entry count",
+                value: ring_entries.into(),
+                max: MAX_CLOSED_ENTRIES.into(),
+            });
+        }
         let (e, k, n) = (edges as usize, segments as usize, events as usize);
         let raw = S_SEG + e + e * k * (1 + n);
         let slot_words = raw.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
@@ -286,7 +353,11 @@ impl Layout {
         // consecutive events.
         let hists = e * (2 * n - 1) * HIST_WORDS;
         let stats_words = hists.div_ceil(SLOT_ALIGN_WORDS) * SLOT_ALIGN_WORDS;
-        let bytes = (HEADER_WORDS + stats_words) as u64 * 8 + slots as u64 * slot_words as u64 * 8;
+        let ring_words =
+            (R_EDGES + e * (1 + k * (1 + n))).div_ceil(RING_ALIGN_WORDS) * RING_ALIGN_WORDS;
+        let bytes = (HEADER_WORDS + stats_words) as u64 * 8
+            + slots as u64 * slot_words as u64 * 8
+            + u64::from(ring_entries) * ring_words as u64 * 8;
         if bytes > MAX_REGION_BYTES {
             return Err(GeometryError::TooLarge {
                 bytes,
@@ -299,9 +370,14 @@ impl Layout {
             edges,
             events,
             slot_words,
+            ring_entries,
+            ring_words,
             ring_magic: (u64::MAX / segments as u64).wrapping_add(1),
             stats_words,
-            total_words: HEADER_WORDS + stats_words + slots as usize * slot_words,
+            total_words: HEADER_WORDS
+                + stats_words
+                + slots as usize * slot_words
+                + ring_entries as usize * ring_words,
         })
     }
 
@@ -324,7 +400,42 @@ impl Layout {
         }
     }
 
-    /// The region's size in bytes: `4096 + stats + slots * slot_stride`.
+    /// Where the ring of closed requests begins, in words.
+    fn ring_start(&self) -> usize {
+        HEADER_WORDS + self.stats_words + self.slots as usize * self.slot_words
+    }
+
+    /// Where the ring of closed requests begins, in bytes.
+    pub(crate) fn ring_offset_bytes(&self) -> u64 {
+        self.ring_start() as u64 * 8
+    }
+
+    /// Bytes per ring entry.
+    pub(crate) fn ring_stride_bytes(&self) -> u64 {
+        self.ring_words as u64 * 8
+    }
+
+    /// The first word of ring entry `entry` (below `ring_entries`).
+    #[inline]
+    pub(crate) fn ring_entry(&self, entry: u32) -> usize {
+        self.ring_start() + entry as usize * self.ring_words
+    }
+
+    /// Offset within a ring entry of edge `edge`'s dropped-segment count.
+    #[inline]
+    pub(crate) fn ring_dropped(&self, edge: usize) -> usize {
+        R_EDGES + edge * (1 + self.segments as usize * (1 + self.events as usize))
+    }
+
+    /// Offset within a ring entry of place `place` (below `segments`) of
+    /// edge `edge`: its segment word, then one value word per event.
+    #[inline]
+    pub(crate) fn ring_place(&self, edge: usize, place: usize) -> usize {
+        self.ring_dropped(edge) + 1 + place * (1 + self.events as usize)
+    }
+
+    /// The region's size in bytes: `4096 + stats + slots * slot_stride +
+    /// ring_entries * ring_stride`.
     pub(crate) fn bytes(&self) -> u64 {
         self.total_words as u64 * 8
     }
@@ -352,6 +463,11 @@ impl Layout {
     #[inline]
     pub(crate) fn owner_start(&self, slot: u32) -> usize {
         self.slot(slot) + S_OWNER_START
+    }
+    /// The first of the slot's [`TRACE_WORDS`] trace words.
+    #[inline]
+    pub(crate) fn trace(&self, slot: u32) -> usize {
+        self.slot(slot) + S_TRACE
     }
     /// The segment word of `edge`: the current segment's count and index.
     #[inline]
@@ -398,6 +514,7 @@ impl Layout {
 
 const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
 const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
+const _: () = assert!(H_RING_LOST < H_CURSOR);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
 const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);
 const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= HEADER_WORDS);
@@ -409,13 +526,19 @@ mod tests {
 
     #[test]
     fn default_geometry_is_a_few_mebibytes_and_slots_are_line_aligned() {
-        let l = Layout::new(4096, 4, 2, 4).unwrap();
-        // 4 control words + 2 segment words + 2 edges * 4 entries * 5 words = 46,
-        // padded to 48 words = 384 bytes.
-        assert_eq!(l.slot_stride_bytes(), 384);
+        let l = Layout::new(4096, 4, 2, 4, 1024).unwrap();
+        // 4 control words + 6 trace words + 2 segment words + 2 edges * 4
+        // entries * 5 words = 52, padded to 64 words = 512 bytes.
+        assert_eq!(l.slot_stride_bytes(), 512);
+        // 11 fixed words + 2 edges * (1 + 4 places * 5 words) = 53, padded
+        // to 56 words = 448 bytes.
+        assert_eq!(l.ring_stride_bytes(), 448);
         // 2 edges * 7 histograms * 18 words = 252, padded to 256 words.
         assert_eq!(l.slots_offset_bytes(), 4096 + 2048);
-        assert_eq!(l.bytes(), 4096 + 2048 + 4096 * 384);
+        assert_eq!(l.ring_offset_bytes(), 4096 + 2048 + 4096 * 512);
+        assert_eq!(l.bytes(), 4096 + 2048 + 4096 * 512 + 1024 * 448);
+        assert_eq!(l.ring_entry(1023) + l.ring_words, l.total_words);
+        assert!(l.ring_place(1, 3) + 1 + 4 <= l.ring_words);
         assert!(l.hist(1, 6).count() < HEADER_WORDS + l.stats_words);
         assert_eq!(l.hist(1, 0).bucket(0), l.hist(0, 6).count() + 1);
         assert_eq!(l.slot_stride_bytes() % 128, 0);
@@ -426,7 +549,7 @@ mod tests {
     #[test]
     fn the_ring_entry_is_the_count_modulo_the_kept_segments() {
         for k in 1..=MAX_SEGMENTS {
-            let l = Layout::new(1, k, 1, 1).unwrap();
+            let l = Layout::new(1, k, 1, 1, 0).unwrap();
             let edge_counts = (0..4096).chain(MAX_COUNT - 4096..=MAX_COUNT);
             for c in edge_counts.chain([u32::MAX - 1, u32::MAX]) {
                 assert_eq!(l.ring(c), (c % k) as usize, "count {c}, K {k}");
@@ -436,12 +559,14 @@ mod tests {
 
     #[test]
     fn geometry_limits_are_enforced() {
-        assert!(Layout::new(0, 4, 2, 4).is_err());
-        assert!(Layout::new(1, 0, 2, 4).is_err());
-        assert!(Layout::new(1, 65, 2, 4).is_err());
-        assert!(Layout::new(1, 4, 0, 4).is_err());
-        assert!(Layout::new(1, 4, 65, 4).is_err());
-        assert!(Layout::new(1, 4, 2, 17).is_err());
-        assert!(Layout::new(MAX_SLOTS, 64, 64, 16).is_err());
+        assert!(Layout::new(0, 4, 2, 4, 0).is_err());
+        assert!(Layout::new(1, 0, 2, 4, 0).is_err());
+        assert!(Layout::new(1, 65, 2, 4, 0).is_err());
+        assert!(Layout::new(1, 4, 0, 4, 0).is_err());
+        assert!(Layout::new(1, 4, 65, 4, 0).is_err());
+        assert!(Layout::new(1, 4, 2, 17, 0).is_err());
+        assert!(Layout::new(MAX_SLOTS, 64, 64, 16, 0).is_err());
+        assert!(Layout::new(1, 4, 2, 4, MAX_CLOSED_ENTRIES + 1).is_err());
+        assert!(Layout::new(1, 4, 2, 4, MAX_CLOSED_ENTRIES).is_ok());
     }
 }

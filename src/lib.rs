@@ -58,9 +58,13 @@
 //!   [`Histogram`], [`BUCKETS_MS`], [`ReclaimReport`], [`Owner`],
 //!   [`PidsUnjudged`]; the Prometheus text in `export` (feature
 //!   `prometheus`).
+//! - **Past one host** ([`trace`]): [`TraceContext`] (and
+//!   [`TraceparentError`]), [`Recorder::begin_traced`],
+//!   [`Recorder::trace_context`], [`ClosedRequest`] and [`Drained`] from
+//!   [`Recorder::drain_closed`].
 //! - **Limits**: [`MAX_SLOTS`], [`MAX_SEGMENTS`], [`MAX_EDGES`],
 //!   [`MAX_EVENTS`], [`MAX_DOMAINS`], [`MAX_NAME_LEN`], [`MAX_ELAPSED_MS`],
-//!   [`MAX_CHUNK_SEQ`].
+//!   [`MAX_CHUNK_SEQ`], [`MAX_CLOSED_ENTRIES`].
 //!
 //! The layers, bottom up: word encodings and the layout, the atomics
 //! facade, the clock, names (schema, edges and marks), the clock-domain
@@ -101,10 +105,13 @@ mod schema;
 mod snapshot;
 mod sync;
 mod token;
+pub mod trace;
 mod word;
 
 pub use clock::{Clock, ClockIdentity, DISTRUST_COUNTER_ENV, monotonic_ns};
-pub use layout::{BUCKETS_MS, GeometryError, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+pub use layout::{
+    BUCKETS_MS, GeometryError, MAX_CLOSED_ENTRIES, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS,
+};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
 pub use recorder::{AttachOptions, Recorder, RegionBuilder};
@@ -118,6 +125,7 @@ pub use schema::{
 };
 pub use snapshot::{EdgeSegment, Observed, RequestState, Snapshot};
 pub use token::{ParseTokenError, Token};
+pub use trace::{ClosedRequest, Drained, TraceContext, TraceparentError};
 
 /// The longest elapsed time a value holds, in milliseconds (about 38.2
 /// hours); longer ones are refused as [`Outcome::OutOfRange`].

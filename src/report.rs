@@ -13,7 +13,9 @@
 //! Nothing here runs on the record path.
 
 use crate::clock::ClockIdentity;
-use crate::layout::{BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, HistWords, Layout};
+use crate::layout::{
+    BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords, Layout,
+};
 use crate::mark::Edge;
 use crate::outcome::Outcome;
 use crate::schema::Schema;
@@ -33,6 +35,10 @@ pub struct RegionInfo {
     pub slot_stride: u64,
     /// Where slot 0 begins, in bytes (after the header and the histograms).
     pub slots_offset: u64,
+    /// Entries of the ring of closed requests (0: the region keeps none).
+    pub ring_entries: u32,
+    /// Bytes per entry of that ring.
+    pub ring_stride: u64,
     /// Bytes in all.
     pub bytes: u64,
     /// The clock the region's `host_monotonic` domain is.
@@ -147,6 +153,9 @@ pub struct Counters {
     pub closed_requests: u64,
     /// Requests freed by a reclaim (their values are not in the histograms).
     pub reclaimed_requests: u64,
+    /// Closed requests that left the ring of closed requests unread:
+    /// overwritten (its reader fell a ring behind) or torn.
+    pub closed_lost: u64,
 }
 
 /// One histogram of a region's closed requests: an edge, and an event or a
@@ -240,6 +249,8 @@ pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
         dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
         closed_requests: w[H_CLOSED].load(Ordering::Relaxed),
         reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
+        // Relaxed: a counter, as the others.
+        closed_lost: w[H_RING_LOST].load(Ordering::Relaxed),
     }
 }
 

@@ -96,7 +96,7 @@ macro_rules! packed {
         }
     )*};
 }
-packed!(CellWord, HeadWord, SegmentWord);
+packed!(CellWord, HeadWord, SegmentWord, RingStateWord);
 
 /// A cell word: one event's value for one epoch, or the empty or sealed
 /// marker of that epoch (see the module docs for the bits).
@@ -477,6 +477,94 @@ pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
         return None;
     }
     String::from_utf8(bytes[..len].to_vec()).ok()
+}
+
+/// The state word of an entry of the ring of closed requests
+/// (`protocol/ring.rs`): the claim that last took the entry, and whether
+/// its closer is still writing. `(claim + 1) << 1 | writing`; 0 for an
+/// entry never taken.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingStateWord(u64);
+
+/// Claims a ring state word can name (62 bits).
+pub(crate) const MAX_CLAIM: u64 = (1 << 62) - 2;
+
+impl RingStateWord {
+    /// The word as read from an atomic.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> RingStateWord {
+        RingStateWord(bits)
+    }
+
+    /// The word to store in an atomic.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// Claim `claim` (at most [`MAX_CLAIM`]) writing the entry.
+    pub(crate) const fn writing(claim: u64) -> RingStateWord {
+        RingStateWord((claim + 1) << 1 | 1)
+    }
+
+    /// Claim `claim`'s entry, published.
+    pub(crate) const fn published(claim: u64) -> RingStateWord {
+        RingStateWord((claim + 1) << 1)
+    }
+
+    /// The claim that last took the entry; `None` for an unused entry.
+    pub(crate) const fn claim(self) -> Option<u64> {
+        match self.0 >> 1 {
+            0 => None,
+            c => Some(c - 1),
+        }
+    }
+
+    /// Whether the entry's closer is still writing it.
+    pub(crate) const fn is_writing(self) -> bool {
+        self.0 & 1 != 0
+    }
+}
+
+/// A place word of a ring entry: whether the place holds a kept segment
+/// (bit 63) and the segment's index (the low 32 bits).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlaceWord(u64);
+
+const PLACE_PRESENT: u64 = 1 << 63;
+
+impl PlaceWord {
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> PlaceWord {
+        PlaceWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// A place holding the segment with index `index`.
+    pub(crate) const fn segment(index: u32) -> PlaceWord {
+        PlaceWord(PLACE_PRESENT | index as u64)
+    }
+
+    /// The index of the segment the place holds: `Ok(None)` for an empty
+    /// place, `Err(())` for bits edgemark never writes.
+    #[allow(clippy::result_unit_err)]
+    pub(crate) const fn decode(self) -> Result<Option<u32>, ()> {
+        if self.0 == 0 {
+            Ok(None)
+        } else if self.0 & !(PLACE_PRESENT | u32::MAX as u64) != 0 || self.0 & PLACE_PRESENT == 0 {
+            Err(())
+        } else {
+            Ok(Some(self.0 as u32))
+        }
+    }
 }
 
 #[cfg(test)]

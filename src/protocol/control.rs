@@ -3,7 +3,7 @@
 //! histogram update of the close that ends a request.
 
 use super::{Occupant, Proto, ReadInto, SegmentRead, Values};
-use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED};
+use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED, TRACE_WORDS};
 use crate::outcome::Outcome;
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
@@ -67,7 +67,13 @@ impl Proto<'_> {
     /// in use.
     /// `owner` is the process identity stored for reclaim; `holder` names
     /// the calling thread in the head while it lays the slot out.
-    pub(crate) fn begin(&self, origin_ns: u64, owner: Owner, holder: u32) -> Option<Occupant> {
+    pub(crate) fn begin(
+        &self,
+        origin_ns: u64,
+        trace: [u64; TRACE_WORDS],
+        owner: Owner,
+        holder: u32,
+    ) -> Option<Occupant> {
         let l = self.layout;
         // Relaxed: the cursor only spreads requests over the slots; the head
         // CAS below decides ownership.
@@ -107,6 +113,9 @@ impl Proto<'_> {
             // Relaxed: all published by the Release stores of the segment
             // words and the head below.
             self.w(l.origin(slot)).store(origin_ns, Ordering::Relaxed);
+            for (i, w) in trace.into_iter().enumerate() {
+                self.w(l.trace(slot) + i).store(w, Ordering::Relaxed);
+            }
             self.w(l.owner_pid(slot))
                 .store(owner.pid, Ordering::Relaxed);
             self.w(l.owner_start(slot))

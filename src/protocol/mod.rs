@@ -54,9 +54,12 @@
 mod control;
 mod read;
 mod record;
+mod ring;
 
 pub(crate) use control::{Closed, Discard, Reclaimed, Tally};
 pub(crate) use read::{Both, Found, ReadInto, SegmentRead};
+pub(crate) use ring::{RingWrite, Take};
+pub(crate) use ring::{closed_us_of, replay, token_of, trace_of};
 
 use core::marker::PhantomData;
 
@@ -127,6 +130,10 @@ impl Values {
     }
     pub(crate) fn len(&self) -> usize {
         self.words.len()
+    }
+    /// The value words, `NONE` where nothing was recorded.
+    pub(crate) fn words(&self) -> &[CellWord] {
+        &self.words
     }
     /// Event `i`'s value.
     pub(crate) fn get(&self, i: usize) -> Option<Recorded> {

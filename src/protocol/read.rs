@@ -2,9 +2,10 @@
 //! slots. Nothing here writes the region.
 
 use super::{At, INLINE_EVENTS, Occupant, Proto, Values};
+use crate::layout::TRACE_WORDS;
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, fence};
 use crate::word::{CellWord, HeadWord};
 
 /// What a read of one request is built into, as it is read: the reader
@@ -236,6 +237,35 @@ impl<'a> Proto<'a> {
                 head,
             })
         })
+    }
+
+    /// The trace words `begin` stored for an open request; `None` if the
+    /// request is not open (or closed while they were read).
+    pub(crate) fn trace_words(&self, req: Occupant) -> Option<[u64; TRACE_WORDS]> {
+        let first = self.layout.trace(req.slot);
+        // Acquire: pairs with `begin`'s Release store of `Open`, which
+        // publishes the trace words.
+        if !self
+            .head(req.slot)
+            .load(Ordering::Acquire)
+            .shows_open(req.generation)
+        {
+            return None;
+        }
+        let mut w = [0; TRACE_WORDS];
+        for (i, v) in w.iter_mut().enumerate() {
+            // Relaxed: validated by the fence and the second head load.
+            *v = self.w(first + i).load(Ordering::Relaxed);
+        }
+        // Acquire fence: if a load above read a store of a later `begin`
+        // of the slot (made after its Release fence), the head load below
+        // sees that begin's head, not this request's.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence.
+        self.head(req.slot)
+            .load(Ordering::Relaxed)
+            .shows_open(req.generation)
+            .then_some(w)
     }
 
     /// The owner identity (pid, process start time) stored by `begin`.

@@ -27,6 +27,8 @@ pub struct RegionBuilder {
     edges: Vec<Edge>,
     slots: u32,
     segments: u32,
+    /// Entries of the ring of closed requests; `None`: the default.
+    closed: Option<u32>,
     schema: Schema,
     group_access: bool,
     clock: Clock,
@@ -43,6 +45,7 @@ impl Default for RegionBuilder {
             edges: Vec::new(),
             slots: 4096,
             segments: 4,
+            closed: None,
             schema: Schema::stream_edges(),
             group_access: false,
             clock: Clock::Monotonic,
@@ -137,6 +140,22 @@ impl RegionBuilder {
         self
     }
 
+    /// How many closed requests the region keeps for a reader such as
+    /// `edgemark export --otlp` ([`Recorder::drain_closed`]): entries of
+    /// its ring of closed requests. Each close writes its request's final
+    /// values and trace context into the next entry; a reader that falls
+    /// more than this many closes behind loses the oldest (counted). 0
+    /// keeps none. Default: the slot count, at most 4096.
+    ///
+    /// Each entry takes about as many bytes as a slot
+    /// ([`RegionInfo::ring_stride`](crate::RegionInfo::ring_stride)).
+    ///
+    /// [`Recorder::drain_closed`]: crate::Recorder::drain_closed
+    pub fn closed_entries(mut self, entries: u32) -> RegionBuilder {
+        self.closed = Some(entries);
+        self
+    }
+
     fn header(&self) -> Result<Header, CreateError> {
         if let Some(bad) = &self.bad_domain {
             return Err(CreateError::Schema(bad.clone()));
@@ -145,6 +164,7 @@ impl RegionBuilder {
             &self.edges,
             self.slots,
             self.segments,
+            self.closed.unwrap_or(self.slots.min(4096)),
             &self.schema,
             self.group_access,
             self.clock,

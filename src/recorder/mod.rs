@@ -10,7 +10,7 @@ use crate::domains::RegisterError;
 use crate::mark::{Edge, EdgeIndex, Mark};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Both, Closed, Discard, Found, Occupant, Proto, Reclaimed, Tally};
+use crate::protocol::{Both, Closed, Discard, Found, Occupant, Proto, Reclaimed, RingWrite, Tally};
 use crate::region::{self, Access, AttachError, Header, Storage};
 use crate::report::{
     self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
@@ -18,10 +18,12 @@ use crate::report::{
 use crate::schema::{DomainId, EventId, Schema};
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::Token;
+use crate::trace::{SlotTrace, TraceContext};
 use crate::word::{self, CellWord};
 
 mod attach;
 mod builder;
+mod closed;
 
 pub use attach::AttachOptions;
 pub use builder::RegionBuilder;
@@ -298,6 +300,24 @@ impl Inner {
         })
     }
 
+    /// A reading of the region's clock now (what an origin is).
+    fn now(&self) -> u64 {
+        match self.counter {
+            None => clock::monotonic_ns(),
+            Some(_) => clock::counter(),
+        }
+    }
+
+    /// Microseconds between two readings of the region's clock (0 if
+    /// `to` is before `from`).
+    fn micros_between(&self, from: u64, to: u64) -> u64 {
+        let d = to.saturating_sub(from);
+        match self.counter {
+            None => d / 1000,
+            Some(scale) => scale.micros(d),
+        }
+    }
+
     /// The id of the domain called `name`: one this process has met (a
     /// comparison of packed words per known name, no region access), else
     /// registered or found in the region's table.
@@ -480,6 +500,30 @@ impl Recorder {
     /// the page is lost during this begin: a token is only handed out for
     /// a request that other processes can see.
     pub fn begin(&self) -> Result<Token, Outcome> {
+        self.begin_traced(None)
+    }
+
+    /// Begins a request as [`Recorder::begin`] does, under the W3C trace
+    /// context `parent` (the caller's span: a `traceparent` it was given,
+    /// or the [`Recorder::trace_context`] of the request's part on another
+    /// host), or in a new trace when `None`. The region keeps the context
+    /// with the request's origin and its wall-clock time
+    /// (`CLOCK_REALTIME`, which places spans in absolute time and is never
+    /// subtracted), and hands them with the final values to the readers of
+    /// closed requests ([`Recorder::drain_closed`]). The request gets its
+    /// own random span id, the parent of its spans.
+    ///
+    /// ```
+    /// # use edgemark::{Recorder, TraceContext};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let parent: TraceContext =
+    ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap();
+    /// let t = rec.begin_traced(Some(parent)).unwrap();
+    /// let mine = rec.trace_context(t).unwrap();
+    /// assert_eq!(mine.trace_id(), parent.trace_id());
+    /// assert_ne!(mine.span_id(), parent.span_id());
+    /// ```
+    pub fn begin_traced(&self, parent: Option<TraceContext>) -> Result<Token, Outcome> {
         let Live { inner, proto } = self.live_mut()?;
         if inner.storage.faulted() {
             return Err(Outcome::Faulted);
@@ -498,7 +542,8 @@ impl Recorder {
             }
             Some(_) => clock::counter(),
         };
-        match proto.begin(origin, owner, holder()) {
+        let trace = SlotTrace::begin(parent).to_words();
+        match proto.begin(origin, trace, owner, holder()) {
             // A page lost meanwhile may be this request's: the slot may
             // exist only in this process. Close it (on a lost page that
             // changes nothing anyone else sees; on a good one it frees the
@@ -735,12 +780,19 @@ impl Recorder {
         let mut snap = Snapshot::empty(RequestState::Closed);
         let mut fill = inner.refill(&mut snap);
         let mut tally = Tally::default();
+        // And into the next entry of the ring of closed requests, for the
+        // readers that send them on.
+        let now = inner.now();
+        let mut ring = RingWrite::new(proto, req.slot, req.generation, |origin| {
+            inner.micros_between(origin, now)
+        });
         let closed = proto.close(
             req,
             holder(),
             &inner.holder_alive(),
-            &mut Both(&mut fill, &mut tally),
+            &mut Both(&mut fill, &mut Both(&mut tally, &mut ring)),
         );
+        ring.publish(matches!(closed, Ok(Closed::Freed)) && !inner.storage.faulted());
         if inner.storage.faulted() {
             // Lost during the close: what it read may be zeros.
             return Snapshot::empty(RequestState::Faulted);
@@ -974,6 +1026,8 @@ impl Recorder {
             segments: h.layout.segments,
             slot_stride: h.layout.slot_stride_bytes(),
             slots_offset: h.layout.slots_offset_bytes(),
+            ring_entries: h.layout.ring_entries,
+            ring_stride: h.layout.ring_stride_bytes(),
             bytes: h.layout.bytes(),
             clock: h.clock,
             shares_clock: i.clock.reads_clock(),

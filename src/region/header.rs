@@ -78,6 +78,9 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
     put(H_PID_NS, h.pid_namespace);
     put(H_CLOCK_KIND, h.clock_kind.word());
     put(H_COUNTER_RATE, h.counter_rate);
+    put(H_RING_ENTRIES, l.ring_entries.into());
+    put(H_RING_STRIDE, l.ring_stride_bytes());
+    put(H_RING_OFFSET, l.ring_offset_bytes());
     for (i, e) in h.edges.iter().enumerate() {
         put(H_EDGE_TABLE + i, u64::from(e.from) | u64::from(e.to) << 32);
     }
@@ -139,6 +142,7 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         small(H_SEGMENTS, "the segment count")?,
         small(H_EDGES, "the edge count")?,
         small(H_EVENTS, "the event count")?,
+        small(H_RING_ENTRIES, "the closed-request ring's entry count")?,
     )
     .map_err(AttachError::Geometry)?;
     let expect = |i: usize, what: &'static str, want: u64| {
@@ -159,6 +163,8 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         "the slots offset",
         layout.slots_offset_bytes(),
     )?;
+    expect(H_RING_STRIDE, "the ring stride", layout.ring_stride_bytes())?;
+    expect(H_RING_OFFSET, "the ring offset", layout.ring_offset_bytes())?;
     expect(H_FILE_BYTES, "the recorded file length", layout.bytes())?;
     if file_len != layout.bytes() {
         return Err(AttachError::Length {
@@ -264,6 +270,7 @@ pub(crate) fn new_header(
     edges: &[Edge],
     slots: u32,
     segments: u32,
+    ring_entries: u32,
     schema: &Schema,
     group_access: bool,
     clock: Clock,
@@ -282,6 +289,7 @@ pub(crate) fn new_header(
         segments,
         u32::try_from(edges.len()).unwrap_or(u32::MAX),
         schema.events().len() as u32,
+        ring_entries,
     )
     .map_err(CreateError::Geometry)?;
     // A counter region only where the kernel trusts the counter and a

@@ -1,0 +1,464 @@
+//! The ring of closed requests: each close writes its request's final
+//! values and trace context into the next entry; readers drain the entries
+//! in order, each exactly once, to send them on (`edgemark export --otlp`).
+//!
+//! # Protocol
+//!
+//! **Claims.** A closer takes the next claim `c` from the claim counter
+//! (`fetch_add`); claim `c` lives in entry `c % entries`. The entry's state
+//! word ([`RingStateWord`]) names the claim that last took it and whether
+//! its closer is still writing.
+//!
+//! **Writing never waits.** The closer moves the state word from any
+//! older claim's state (published or still writing) to `writing(c)` by
+//! compare-and-swap, writes every word of the entry, then its checksum,
+//! then moves the state from `writing(c)` to `published(c)`. If the state
+//! already names a claim at least as new as `c`, the closer was lapped: its
+//! request is lost (a reader counts it), and it writes nothing. If a newer
+//! closer took the entry while `c` was writing, `c`'s publishing CAS fails
+//! and its late stores may mix into the newer closer's words: the checksum,
+//! computed from what each closer meant to write, tells a reader so.
+//!
+//! **Reading is a sequence lock plus a checksum.** The readers share a
+//! cursor, the next claim to read. A reader loads the state (`Acquire`,
+//! pairing with the publishing CAS), copies the entry, fences (`Acquire`),
+//! loads the state again: a changed state means the entry was taken during
+//! the copy. An unchanged one with a checksum that does not match means a
+//! lapped closer's late stores (or a hostile writer) tore it. Either way the
+//! claim is lost and counted. A whole entry is taken by moving the cursor
+//! from `c` to `c + 1` by CAS: of several readers that copied it, only the
+//! one whose CAS succeeds hands it on, so no entry leaves twice.
+//!
+//! **Falling behind** loses the oldest: when the claims are more than a ring
+//! ahead of the cursor, a reader moves the cursor to the oldest claim still
+//! in the ring and counts the skipped ones. A claim whose closer is still
+//! writing (or died between its claim and its publication) holds the
+//! readers until it is published or a ring of newer closes passes it.
+
+use super::read::{ReadInto, SegmentRead};
+use super::{At, Proto};
+use crate::layout::{
+    H_RING_CLAIM, H_RING_LOST, H_RING_READ, R_CHECK, R_CLOSED_US, R_KIND, R_STATE, R_TOKEN,
+    R_TRACE, TRACE_WORDS,
+};
+use crate::schema::MAX_EVENTS;
+use crate::sync::{Ordering, fence};
+use crate::word::{CellWord, MAX_CLAIM, PlaceWord, RingStateWord};
+
+/// What an entry holds ([`R_KIND`]).
+pub(crate) mod kind {
+    /// Nothing: its close found the slot taken over and hands on nothing.
+    pub(crate) const VOID: u64 = 0;
+    /// A closed request.
+    pub(crate) const CLOSED: u64 = 1;
+    /// A closed request whose read found a word edgemark never writes.
+    pub(crate) const CORRUPT: u64 = 3;
+}
+
+/// The checksum's term for word `w` at offset `i` of an entry: a 64-bit
+/// finaliser (splitmix64's) of the word and its place. Terms are summed, so
+/// a writer can change one word's term without rereading the others.
+#[inline]
+fn term(i: usize, w: u64) -> u64 {
+    let mut z = w ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The checksum of an entry of claim `claim` whose terms sum to `sum`.
+#[inline]
+fn check(claim: u64, sum: u64) -> u64 {
+    sum ^ term(usize::MAX, claim)
+}
+
+/// One close's writing of its ring entry, fed by the close's read of the
+/// slot ([`ReadInto`]): the entry is claimed when the read starts (the
+/// closer holds the slot's `Closing` lock, so the slot's trace words are
+/// stable), each kept segment is written as it is read, and
+/// [`RingWrite::publish`] ends it. Inert in a region without a ring.
+pub(crate) struct RingWrite<'a, F> {
+    proto: Proto<'a>,
+    slot: u32,
+    token: u64,
+    /// Microseconds from the request's origin (a reading of the region's
+    /// clock) to the close.
+    closed_us: F,
+    taken: Option<Taken>,
+    corrupt: bool,
+    /// Segments the edge being read dropped, written with its first kept
+    /// segment.
+    dropped: u64,
+}
+
+/// The entry a [`RingWrite`] holds.
+struct Taken {
+    claim: u64,
+    /// The entry's first word.
+    base: usize,
+    /// The sum of the terms of every word after the checksum, as written.
+    sum: u64,
+    /// Per edge, the places written so far.
+    places: [u8; crate::layout::MAX_EDGES],
+}
+
+impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
+    /// A writing of the entry of the request in `slot` with generation
+    /// `generation`; `closed_us(origin)` gives the time from its origin to
+    /// now.
+    pub(crate) fn new(
+        proto: Proto<'a>,
+        slot: u32,
+        generation: u32,
+        closed_us: F,
+    ) -> RingWrite<'a, F> {
+        RingWrite {
+            proto,
+            slot,
+            token: u64::from(slot) | u64::from(generation) << 32,
+            closed_us,
+            taken: None,
+            corrupt: false,
+            dropped: 0,
+        }
+    }
+
+    /// Stores `w` at offset `i` of the taken entry, which holds 0 there.
+    #[inline]
+    fn put(&mut self, i: usize, w: u64) {
+        let Some(t) = &mut self.taken else { return };
+        // Relaxed: published by the Release CAS in `publish`; the Release
+        // fence after the claim orders these after the `writing` state.
+        self.proto.w(t.base + i).store(w, Ordering::Relaxed);
+        t.sum = t.sum.wrapping_sub(term(i, 0)).wrapping_add(term(i, w));
+    }
+
+    /// Takes the next claim's entry, or none if a newer claim has it
+    /// already (lapped: the request is lost, and a reader counts it).
+    fn claim(&mut self) {
+        let l = self.proto.layout;
+        if l.ring_entries == 0 {
+            return;
+        }
+        // Relaxed: the counter only numbers the claims; the state CAS below
+        // decides who writes an entry.
+        let claim = self.proto.w(H_RING_CLAIM).fetch_add(1, Ordering::Relaxed);
+        if claim > MAX_CLAIM {
+            return;
+        }
+        let base = l.ring_entry((claim % u64::from(l.ring_entries)) as u32);
+        let state = At::<RingStateWord>::new(self.proto.w(base + R_STATE));
+        // Relaxed: the CAS re-validates it.
+        let mut s = state.load(Ordering::Relaxed);
+        loop {
+            if s.claim().is_some_and(|c| c >= claim) {
+                return;
+            }
+            // Acquire: pairs with the Release CAS that published the
+            // entry's previous claim (or took it), so that its stores come
+            // before ours in each word's modification order. Relaxed on
+            // failure: the new state is judged again.
+            match state.compare_exchange(
+                s,
+                RingStateWord::writing(claim),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        // Release fence: a reader whose Acquire fence follows its load of
+        // any store below then also sees our `writing` state in its second
+        // state load, so it never takes a mixture for a published entry
+        // (the sequence lock's writer side).
+        fence(Ordering::Release);
+        let mut sum = 0u64;
+        for i in R_CHECK + 1..l.ring_words {
+            // Relaxed: as in `put`. Every word is written, so nothing of the
+            // entry's previous claim survives.
+            self.proto.w(base + i).store(0, Ordering::Relaxed);
+            sum = sum.wrapping_add(term(i, 0));
+        }
+        self.taken = Some(Taken {
+            claim,
+            base,
+            sum,
+            places: [0; crate::layout::MAX_EDGES],
+        });
+    }
+
+    /// Ends the writing: the entry holds the request (`closed`: the close
+    /// freed its slot) or nothing, and is published.
+    pub(crate) fn publish(mut self, closed: bool) {
+        let kind = match (closed, self.corrupt) {
+            (false, _) => kind::VOID,
+            (true, false) => kind::CLOSED,
+            (true, true) => kind::CORRUPT,
+        };
+        self.put(R_KIND, kind);
+        self.finish();
+    }
+}
+
+impl<F> RingWrite<'_, F> {
+    fn finish(&mut self) {
+        let Some(t) = self.taken.take() else { return };
+        // Relaxed: published by the CAS below.
+        self.proto
+            .w(t.base + R_CHECK)
+            .store(check(t.claim, t.sum), Ordering::Relaxed);
+        // Release: publishes the entry; pairs with the readers' Acquire
+        // load of the state. Fails only if a newer claim took the entry
+        // meanwhile: then this request is lost, as a reader will count.
+        // Relaxed on failure: nothing more to do.
+        let _ = At::<RingStateWord>::new(self.proto.w(t.base + R_STATE)).compare_exchange(
+            RingStateWord::writing(t.claim),
+            RingStateWord::published(t.claim),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl<F> Drop for RingWrite<'_, F> {
+    /// An entry taken and never published (the close was cut short) is
+    /// published empty (its kind word still 0), so that no reader waits
+    /// for it.
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl<F: Fn(u64) -> u64> ReadInto for RingWrite<'_, F> {
+    fn start(&mut self) {
+        if self.taken.is_none() {
+            self.claim();
+        }
+        if self.taken.is_none() {
+            return;
+        }
+        let l = self.proto.layout;
+        let first = l.trace(self.slot);
+        for i in 0..TRACE_WORDS {
+            // Relaxed: written by the request's begin and published by its
+            // head; stable while the caller holds the slot's lock.
+            let w = self.proto.w(first + i).load(Ordering::Relaxed);
+            self.put(R_TRACE + i, w);
+        }
+        // Relaxed: as the trace words.
+        let origin = self.proto.w(l.origin(self.slot)).load(Ordering::Relaxed);
+        let closed = (self.closed_us)(origin);
+        self.put(R_CLOSED_US, closed);
+        self.put(R_TOKEN, self.token);
+    }
+
+    fn corrupt(&mut self) {
+        self.corrupt = true;
+    }
+
+    fn dropped(&mut self, n: u64) {
+        // A close reports an edge's drops just before its kept segments
+        // (of which an edge that dropped any has at least one).
+        self.dropped = n;
+    }
+
+    fn segment(&mut self, edge: usize, index: u32, read: SegmentRead) {
+        let l = self.proto.layout;
+        self.corrupt |= read.corrupt;
+        let Some(t) = &mut self.taken else { return };
+        let place = usize::from(t.places[edge]);
+        if place >= l.segments as usize {
+            self.corrupt = true;
+            return;
+        }
+        t.places[edge] += 1;
+        let dropped = std::mem::take(&mut self.dropped);
+        if place == 0 && dropped > 0 {
+            self.put(l.ring_dropped(edge), dropped);
+        }
+        let at = l.ring_place(edge, place);
+        self.put(at, PlaceWord::segment(index).bits());
+        for (ev, v) in read
+            .values
+            .words()
+            .iter()
+            .enumerate()
+            .take(l.events as usize)
+        {
+            self.put(at + 1 + ev, v.bits());
+        }
+    }
+}
+
+/// What a reader found at the cursor.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// No claim past the cursor.
+    Empty,
+    /// The claim at the cursor is still being written (or its closer died
+    /// before publishing it).
+    Pending(u64),
+    /// Claims lost (skipped and counted); read on.
+    Lost(u64),
+    /// Another reader moved the cursor first; read on.
+    Raced,
+    /// An entry with nothing to hand on (taken); read on.
+    Void,
+    /// Claim taken: `buf` holds its entry's words.
+    Entry,
+}
+
+impl Proto<'_> {
+    /// One step of a reader: takes the claim at the shared cursor into
+    /// `buf` (the entry's words, as many as an entry has) if it is
+    /// published and whole, else says why not. Only the reader whose cursor
+    /// CAS succeeds gets [`Take::Entry`] or counts a loss.
+    pub(crate) fn ring_take(&self, buf: &mut Vec<u64>) -> Take {
+        let l = self.layout;
+        let entries = u64::from(l.ring_entries);
+        if entries == 0 {
+            return Take::Empty;
+        }
+        let cursor = self.w(H_RING_READ);
+        // Acquire: pairs with the Release CAS of the reader that moved the
+        // cursor last (its copy came before; ours come after).
+        let at = cursor.load(Ordering::Acquire);
+        // Relaxed: the claim counter only numbers the claims; every entry
+        // is judged by its own state word below.
+        let claims = self.w(H_RING_CLAIM).load(Ordering::Relaxed);
+        if at >= claims {
+            return Take::Empty;
+        }
+        if claims - at > entries {
+            return self.skip(at, claims - entries);
+        }
+        let base = l.ring_entry((at % entries) as u32);
+        let state = At::<RingStateWord>::new(self.w(base + R_STATE));
+        // Acquire: pairs with the Release CAS that published the entry.
+        let s = state.load(Ordering::Acquire);
+        match s.claim() {
+            Some(c) if c > at => return self.skip(at, at + 1),
+            Some(c) if c == at && !s.is_writing() => {}
+            _ => return Take::Pending(at),
+        }
+        buf.clear();
+        for i in 0..l.ring_words {
+            // Relaxed: validated by the fence and the second state load.
+            buf.push(self.w(base + i).load(Ordering::Relaxed));
+        }
+        // Acquire fence: if a load above read a store of a closer that took
+        // the entry after `s`, the load below sees that closer's state.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence.
+        if state.load(Ordering::Relaxed) != s {
+            return self.skip(at, at + 1);
+        }
+        let sum =
+            (R_CHECK + 1..l.ring_words).fold(0u64, |sum, i| sum.wrapping_add(term(i, buf[i])));
+        if buf[R_CHECK] != check(at, sum) {
+            return self.skip(at, at + 1);
+        }
+        if !self.advance(at, at + 1) {
+            Take::Raced
+        } else if buf[R_KIND] == kind::VOID {
+            Take::Void
+        } else {
+            Take::Entry
+        }
+    }
+
+    /// Skips claim `claim` if the cursor is at it, counting it lost; false
+    /// if the cursor has moved on.
+    pub(crate) fn ring_skip(&self, claim: u64) -> bool {
+        self.skip(claim, claim + 1) != Take::Raced
+    }
+
+    /// Counts `n` closed requests lost to the readers.
+    pub(crate) fn count_ring_lost(&self, n: u64) {
+        // Relaxed: a counter.
+        self.w(H_RING_LOST).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Moves the cursor from `at` past the lost claims up to `to`, counting
+    /// them if this reader moved it.
+    fn skip(&self, at: u64, to: u64) -> Take {
+        if !self.advance(at, to) {
+            return Take::Raced;
+        }
+        self.count_ring_lost(to - at);
+        Take::Lost(to - at)
+    }
+
+    /// Moves the cursor from `at` to `to`; false if another reader moved
+    /// it first.
+    fn advance(&self, at: u64, to: u64) -> bool {
+        // AcqRel: Release orders our copy of the entry before the move
+        // (pairs with the next reader's Acquire load of the cursor);
+        // Acquire pairs with the previous mover's Release. Relaxed on
+        // failure: another reader moved it, and we read on from there.
+        self.w(H_RING_READ)
+            .compare_exchange(at, to, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+/// Replays a taken entry's words into `into` as a close's read put them:
+/// the one read pipeline that snapshots, sweeps and closes use, so an
+/// entry's values are judged as theirs are (a word edgemark never writes is
+/// left out and flags the read corrupt). Returns `false` for an entry
+/// whose kind edgemark never writes.
+pub(crate) fn replay(
+    layout: &crate::layout::Layout,
+    buf: &[u64],
+    into: &mut impl ReadInto,
+) -> bool {
+    let corrupt = match buf[R_KIND] {
+        kind::CLOSED => false,
+        kind::CORRUPT => true,
+        _ => return false,
+    };
+    into.start();
+    if corrupt {
+        into.corrupt();
+    }
+    let events = (layout.events as usize).min(MAX_EVENTS);
+    for edge in 0..layout.edges as usize {
+        let dropped = buf[layout.ring_dropped(edge)];
+        if dropped > 0 {
+            into.dropped(dropped);
+        }
+        for place in 0..layout.segments as usize {
+            let at = layout.ring_place(edge, place);
+            match PlaceWord::from_bits(buf[at]).decode() {
+                Ok(None) => {}
+                Ok(Some(index)) => {
+                    let mut cells = [CellWord::NONE; MAX_EVENTS];
+                    for (ev, cell) in cells.iter_mut().enumerate().take(events) {
+                        *cell = CellWord::from_bits(buf[at + 1 + ev]);
+                    }
+                    into.segment(edge, index, SegmentRead::of_cells(cells, events));
+                }
+                Err(()) => into.corrupt(),
+            }
+        }
+    }
+    true
+}
+
+/// The token words of a taken entry: `(slot, generation)`.
+pub(crate) fn token_of(buf: &[u64]) -> (u32, u32) {
+    (buf[R_TOKEN] as u32, (buf[R_TOKEN] >> 32) as u32)
+}
+
+/// The trace words of a taken entry.
+pub(crate) fn trace_of(buf: &[u64]) -> [u64; TRACE_WORDS] {
+    let mut w = [0; TRACE_WORDS];
+    w.copy_from_slice(&buf[R_TRACE..R_TRACE + TRACE_WORDS]);
+    w
+}
+
+/// Microseconds from origin to close of a taken entry.
+pub(crate) fn closed_us_of(buf: &[u64]) -> u64 {
+    buf[R_CLOSED_US]
+}

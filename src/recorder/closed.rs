@@ -1,0 +1,135 @@
+//! The recorder's side of past one host: a request's trace context, and the
+//! drain of the ring of closed requests.
+
+use super::{Live, Recorder};
+use crate::protocol::{self, Take};
+use crate::region::{Access, AttachError};
+use crate::snapshot::{RequestState, Snapshot};
+use crate::token::Token;
+use crate::trace::{ClosedRequest, Drained, SlotTrace, TraceContext};
+
+impl Recorder {
+    /// The trace context to hand the request's next stage on another host
+    /// (with the token, in the same dispatch message): the request's trace
+    /// and its own span, so that the other host's spans become its
+    /// children. `None` if the token names no open request.
+    ///
+    /// Its text form is a `traceparent` value; the other host passes it to
+    /// [`Recorder::begin_traced`] on its own region.
+    pub fn trace_context(&self, token: Token) -> Option<TraceContext> {
+        let (Live { proto, .. }, req) = self.live_for(token)?;
+        let words = proto.trace_words(req)?;
+        SlotTrace::from_words(words).map(SlotTrace::downstream)
+    }
+
+    /// Takes up to `max` closed requests from the region's ring of closed
+    /// requests, oldest first, appending them to `out`.
+    ///
+    /// Every close writes its request into the ring (see
+    /// [`RegionBuilder::closed_entries`](crate::RegionBuilder::closed_entries));
+    /// readers share one cursor in the region, so that of several readers,
+    /// in one process or many, each closed request reaches exactly one.
+    /// Closes never wait for a reader: a reader more than a ring behind
+    /// loses the oldest entries, as does one that finds an entry torn; both
+    /// are counted ([`Drained::lost`],
+    /// [`Counters::closed_lost`](crate::Counters::closed_lost)). A close
+    /// still being written holds the drain there until the next call
+    /// ([`Drained::pending`]; see [`Recorder::skip_closed`]).
+    ///
+    /// Errors: [`AttachError::ReadOnly`] for a recorder attached read-only
+    /// (the cursor is written), or what [`Recorder::check`] says. A
+    /// disabled recorder or a region without a ring drains nothing.
+    pub fn drain_closed(
+        &self,
+        max: usize,
+        out: &mut Vec<ClosedRequest>,
+    ) -> Result<Drained, AttachError> {
+        let mut drained = Drained::default();
+        let Some(Live { inner, proto }) = self.live() else {
+            return Ok(drained);
+        };
+        if inner.storage.access() != Access::ReadWrite {
+            return Err(AttachError::ReadOnly);
+        }
+        inner.storage.check_len()?;
+        let mut buf = Vec::with_capacity(inner.header.layout.ring_words);
+        // Each step moves the cursor or stops; the bound keeps a region
+        // whose closers outrun the reader from holding it forever.
+        let steps = max.saturating_mul(4).saturating_add(64);
+        for _ in 0..steps {
+            if drained.taken >= max {
+                break;
+            }
+            match proto.ring_take(&mut buf) {
+                Take::Empty => {
+                    drained.caught_up = true;
+                    break;
+                }
+                Take::Pending(claim) => {
+                    drained.pending = Some(claim);
+                    break;
+                }
+                Take::Lost(n) => drained.lost += n,
+                Take::Raced | Take::Void => {}
+                Take::Entry => {
+                    if inner.storage.faulted() {
+                        // The copy may be zeros from a lost page.
+                        break;
+                    }
+                    match self.closed_request(&buf) {
+                        Some(c) => {
+                            out.push(c);
+                            drained.taken += 1;
+                        }
+                        None => {
+                            // Taken, but not what a close writes: counted
+                            // as lost, as a torn entry is.
+                            proto.count_ring_lost(1);
+                            drained.lost += 1;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(drained)
+    }
+
+    /// Gives up on the closed request with claim number `claim`, which a
+    /// drain reported as [`Drained::pending`] (its close began writing it
+    /// and has not published it), if no reader has moved past it: counted
+    /// as lost, and the next drain reads on. For a reader that judged its
+    /// closer dead (`edgemark export` gives up after five seconds); a
+    /// closer still writing then loses its request. True if this call
+    /// skipped it.
+    pub fn skip_closed(&self, claim: u64) -> bool {
+        match self.live() {
+            Some(Live { inner, proto }) if inner.storage.access() == Access::ReadWrite => {
+                proto.ring_skip(claim)
+            }
+            _ => false,
+        }
+    }
+
+    /// The closed request a taken ring entry holds, read as a close reads
+    /// its slot; `None` for words no close writes.
+    fn closed_request(&self, buf: &[u64]) -> Option<ClosedRequest> {
+        let Live { inner, proto } = self.live()?;
+        let trace = SlotTrace::from_words(protocol::trace_of(buf))?;
+        let (slot, generation) = protocol::token_of(buf);
+        if slot >= inner.header.layout.slots || generation == 0 {
+            return None;
+        }
+        let mut snapshot = Snapshot::empty(RequestState::Closed);
+        let mut fill = inner.refill(&mut snapshot);
+        if !protocol::replay(&inner.header.layout, buf, &mut fill) {
+            return None;
+        }
+        fill.finish(RequestState::Closed, proto.words);
+        Some(ClosedRequest {
+            token: inner.token(crate::protocol::Occupant { slot, generation }),
+            trace,
+            closed_us: protocol::closed_us_of(buf),
+            snapshot,
+        })
+    }
+}
