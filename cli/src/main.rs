@@ -5,7 +5,6 @@ mod ops;
 mod otlp;
 mod out;
 mod serve;
-mod trace_shim;
 mod views;
 
 use std::io::IsTerminal;

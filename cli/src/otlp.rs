@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use edgemark::export::Format;
-use edgemark::{EventId, HOST_MONOTONIC, Recorder, Snapshot, Token};
+use edgemark::{ClosedRequest, EventId, HOST_MONOTONIC, Recorder, Snapshot, Token};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1;
@@ -48,8 +48,6 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::{Event as SpanEvent, SpanKind};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message as _;
-
-use crate::trace_shim::{ClosedRequest, DrainClosed as _};
 
 /// Spans sent in one post, unless `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` says.
 pub(crate) const DEFAULT_BATCH: usize = 512;
@@ -70,6 +68,9 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Closed requests taken from the ring by one drain call.
 const DRAIN_MAX: usize = 256;
+/// How long a ring entry may stay claimed and unwritten before the drain
+/// judges its closer dead and gives it up.
+const PENDING_GIVE_UP: Duration = Duration::from_secs(5);
 /// The wait between two drains that found the ring empty.
 const POLL: Duration = Duration::from_millis(50);
 /// The name of the span of a whole request.
@@ -813,9 +814,54 @@ impl Exporter {
     }
 }
 
+/// The queue of spans to send, whole requests at a time: a request's spans
+/// are sent in one post, or dropped together.
+#[derive(Debug, Default)]
+struct Queue {
+    requests: VecDeque<Vec<Span>>,
+    /// Spans in all of them.
+    spans: usize,
+}
+
+impl Queue {
+    /// Queues one request's spans, dropping the oldest requests queued
+    /// while the queue would hold more than `cap` spans (a request larger
+    /// than `cap` is dropped itself); the spans dropped.
+    fn push(&mut self, request: Vec<Span>, cap: usize) -> usize {
+        if request.len() > cap {
+            return request.len();
+        }
+        let mut dropped = 0;
+        while self.spans + request.len() > cap {
+            let Some(old) = self.requests.pop_front() else {
+                break;
+            };
+            self.spans -= old.len();
+            dropped += old.len();
+        }
+        self.spans += request.len();
+        self.requests.push_back(request);
+        dropped
+    }
+
+    /// The oldest requests, up to `batch` spans (at least one request).
+    fn take(&mut self, batch: usize) -> Vec<Span> {
+        let mut out = Vec::new();
+        while let Some(next) = self.requests.front() {
+            if !out.is_empty() && out.len() + next.len() > batch {
+                break;
+            }
+            let next = self.requests.pop_front().unwrap_or_default();
+            self.spans -= next.len();
+            out.extend(next);
+        }
+        out
+    }
+}
+
 /// What the drain and the sender share (on one thread).
 struct Shared {
-    queue: RefCell<VecDeque<Span>>,
+    queue: RefCell<Queue>,
     /// Told when spans are queued, and when the exporter stops.
     wake: tokio::sync::Notify,
     stopping: std::cell::Cell<bool>,
@@ -835,7 +881,7 @@ async fn run(
     deadline: Option<Instant>,
 ) {
     let shared = Shared {
-        queue: RefCell::new(VecDeque::new()),
+        queue: RefCell::new(Queue::default()),
         wake: tokio::sync::Notify::new(),
         stopping: std::cell::Cell::new(false),
     };
@@ -859,8 +905,9 @@ async fn drain_loop(
     let mut id = identity(path);
     let mut checked = Instant::now();
     let mut failing: Option<String> = None;
+    // The ring entry a drain found still being written, and since when.
+    let mut pending: Option<(u64, Instant)> = None;
     let mut closed = Vec::with_capacity(DRAIN_MAX);
-    let mut spans = Vec::new();
     loop {
         let stop = deadline.is_some_and(|d| Instant::now() >= d);
         // Another file at the path, or a drain that failed: attach again.
@@ -902,16 +949,40 @@ async fn drain_loop(
                             c.lost += d.lost;
                         });
                         took += d.taken;
-                        spans.clear();
+                        // A close that began writing its entry and has not
+                        // published it holds the drain; after
+                        // PENDING_GIVE_UP its closer is judged dead and the
+                        // entry given up (counted as lost).
+                        pending = match (d.pending, pending) {
+                            (None, _) => None,
+                            (Some(claim), Some((held, since))) if held == claim => {
+                                if since.elapsed() < PENDING_GIVE_UP {
+                                    Some((held, since))
+                                } else {
+                                    if rec.skip_closed(claim) {
+                                        stats.update(|c| c.lost += 1);
+                                        eprintln!(
+                                            "edgemark: {}: a closed request was not written \
+                                             within {} s (its closer died?): given up, counted as lost",
+                                            path.display(),
+                                            PENDING_GIVE_UP.as_secs()
+                                        );
+                                    }
+                                    None
+                                }
+                            }
+                            (Some(claim), _) => Some((claim, Instant::now())),
+                        };
                         for c in &closed {
                             let view = RequestView::from(c);
                             if view.trace_flags & SAMPLED == 0 {
                                 stats.update(|c| c.unsampled += 1);
                                 continue;
                             }
+                            let mut spans = Vec::with_capacity(1 + view.snapshot.segments().len());
                             request_spans(&view, &naming, &mut spans);
+                            enqueue(config, stats, shared, spans);
                         }
-                        enqueue(config, stats, shared, &mut spans);
                         if d.taken < DRAIN_MAX {
                             break;
                         }
@@ -942,22 +1013,21 @@ async fn drain_loop(
     }
 }
 
-/// Queues `spans` (emptying it), dropping what does not fit.
-fn enqueue(config: &Config, stats: &Stats, shared: &Shared, spans: &mut Vec<Span>) {
+/// Queues one request's spans; when the queue is full, the oldest queued
+/// requests are dropped to make room, so that what the collector gets once
+/// it is back is the newest.
+fn enqueue(config: &Config, stats: &Stats, shared: &Shared, spans: Vec<Span>) {
     if spans.is_empty() {
         return;
     }
     let mut q = shared.queue.borrow_mut();
-    let room = config.queue.saturating_sub(q.len());
-    let n = spans.len();
-    if n > room {
-        stats.update(|c| c.dropped_queue += (n - room) as u64);
-        spans.truncate(room);
-    }
-    q.extend(spans.drain(..));
-    let queued = q.len() as u64;
+    let dropped = q.push(spans, config.queue) as u64;
+    let queued = q.spans as u64;
     drop(q);
-    stats.update(|c| c.queued = queued);
+    stats.update(|c| {
+        c.dropped_queue += dropped;
+        c.queued = queued;
+    });
     shared.wake.notify_one();
 }
 
@@ -973,7 +1043,7 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
     let mut down = false;
     loop {
         // Wait for spans.
-        while shared.queue.borrow().is_empty() {
+        while shared.queue.borrow().spans == 0 {
             if shared.stopping.get() {
                 return;
             }
@@ -981,7 +1051,7 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
         }
         // Wait for a full batch, at most the schedule delay.
         let since = Instant::now();
-        while !shared.stopping.get() && shared.queue.borrow().len() < config.batch {
+        while !shared.stopping.get() && shared.queue.borrow().spans < config.batch {
             let left = config.delay.saturating_sub(since.elapsed());
             if left.is_zero() {
                 break;
@@ -990,9 +1060,8 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
         }
         let batch: Vec<Span> = {
             let mut q = shared.queue.borrow_mut();
-            let n = q.len().min(config.batch);
-            let b = q.drain(..n).collect();
-            let queued = q.len() as u64;
+            let b = q.take(config.batch);
+            let queued = q.spans as u64;
             stats.update(|c| c.queued = queued);
             b
         };
@@ -1035,7 +1104,7 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
                     if !down {
                         eprintln!(
                             "edgemark: OTLP export to {}: {why}; retrying with backoff \
-                             (spans are queued up to {}, then dropped and counted)",
+                             (up to {} spans are queued, the oldest dropped and counted past that)",
                             config.url, config.queue
                         );
                         down = true;
@@ -1301,6 +1370,30 @@ mod tests {
         let om = s.render(Format::OpenMetrics);
         assert!(om.contains("# TYPE edgemark_otlp_dropped_spans counter\n"));
         assert!(om.contains("edgemark_otlp_dropped_spans_total{reason=\"queue_full\"} 3\n"));
+    }
+
+    #[test]
+    fn a_full_queue_drops_its_oldest_requests_whole() {
+        let span = |n: u8| Span {
+            name: n.to_string(),
+            ..Default::default()
+        };
+        let mut q = Queue::default();
+        assert_eq!(q.push(vec![span(1), span(1), span(1)], 5), 0);
+        assert_eq!(q.push(vec![span(2), span(2)], 5), 0);
+        // Room for the newest: the oldest request goes, all of it.
+        assert_eq!(q.push(vec![span(3), span(3)], 5), 3);
+        assert_eq!(q.spans, 4);
+        assert_eq!(q.push(vec![span(9); 6], 5), 6);
+        // A batch takes whole requests, at least one.
+        let b = q.take(3);
+        assert_eq!(
+            b.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["2", "2"]
+        );
+        assert_eq!(q.take(1).len(), 2);
+        assert_eq!(q.spans, 0);
+        assert!(q.take(8).is_empty());
     }
 
     #[test]
