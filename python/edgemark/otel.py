@@ -33,25 +33,29 @@ HOST_MONOTONIC = "host_monotonic"
 _Snapshot = Union[Mapping[str, Mapping[str, Any]], str, bytes]
 
 
-def _segments(snapshot: _Snapshot) -> Mapping[str, Mapping[str, Any]]:
+def _segments(snapshot: _Snapshot) -> Tuple[Mapping[str, Mapping[str, Any]], Optional[int]]:
+    """The snapshot's segments, and the origin it carries (a closed request
+    of ``Region.drain_closed`` does)."""
     if isinstance(snapshot, (str, bytes, bytearray)):
         snapshot = json.loads(snapshot)
     if not isinstance(snapshot, Mapping):
         raise TypeError(
-            "snapshot must be a snapshot dict (Region.close, Region.snapshot) "
-            f"or its JSON text, not {type(snapshot).__name__}"
+            "snapshot must be a snapshot dict (Region.close, Region.snapshot), "
+            "a closed request of Region.drain_closed, or a snapshot's JSON "
+            f"text, not {type(snapshot).__name__}"
         )
-    return snapshot
+    if "snapshot" in snapshot and "origin_unix_ns" in snapshot:
+        return _segments(snapshot["snapshot"])[0], snapshot["origin_unix_ns"]
+    return snapshot, None
 
 
-def _origin(span: Any, snapshot: Any, origin_unix_ns: Optional[int]) -> int:
+def _origin(span: Any, carried: Optional[int], origin_unix_ns: Optional[int]) -> int:
     if origin_unix_ns is not None:
         origin = origin_unix_ns
     else:
-        # A snapshot object that knows its request's origin, else the span's
-        # start (the SDK's spans have one): the caller's span began with the
-        # request.
-        origin = getattr(snapshot, "origin_unix_ns", None)
+        # The origin a closed request carries, else the span's start (the
+        # SDK's spans have one): the caller's span began with the request.
+        origin = carried
         if origin is None:
             origin = getattr(span, "start_time", None)
         if origin is None:
@@ -74,20 +78,22 @@ def add_snapshot(
 
     ``snapshot`` is a snapshot dict as ``Region.close`` or
     ``Region.snapshot`` return it (the upstream ``stream_edge_metrics``
-    map), or its JSON text. ``origin_unix_ns`` is the request's origin on
-    the wall clock (``time.time_ns()`` taken with ``Region.begin``); without
-    it, the span's own start time is taken (the SDK's spans have one), so a
-    span started when the request began needs none.
+    map), its JSON text, or a closed request as ``Region.drain_closed``
+    returns it (which carries its origin). ``origin_unix_ns`` is the
+    request's origin on the wall clock (``time.time_ns()`` taken with
+    ``Region.begin``); without it, a closed request's own is taken, else the
+    span's start time (the SDK's spans have one), so a span started when the
+    request began needs none.
 
     Events of one segment are added in time order (schema order among
     equal times), segments in the snapshot's order. A span that is not
     recording gets nothing (0 is returned).
     """
-    segments = _segments(snapshot)
+    segments, carried = _segments(snapshot)
     is_recording = getattr(span, "is_recording", None)
     if is_recording is not None and not is_recording():
         return 0
-    origin = _origin(span, snapshot, origin_unix_ns)
+    origin = _origin(span, carried, origin_unix_ns)
     added = 0
     for key, seg in segments.items():
         if not isinstance(seg, Mapping):

@@ -113,3 +113,17 @@ def test_a_span_not_recording_gets_nothing_and_bad_input_is_refused(tracer):
         with pytest.raises(ValueError):
             add_snapshot(span, snap, origin_unix_ns=-1)
         assert add_snapshot(span, {}) == 0
+
+
+def test_a_closed_request_of_drain_closed_carries_its_origin(tracer):
+    t, exporter = tracer
+    region = edgemark.Region.in_memory(edges=[(0, 1)])
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    token = region.begin(traceparent=parent)
+    assert region.record(token, 0, 1, Event.PRODUCER_FIRST_NONEMPTY_EMIT, elapsed_ms=2.0)
+    region.close(token)
+    (closed,) = region.drain_closed()
+    with t.start_as_current_span("request") as span:
+        assert add_snapshot(span, closed) == 1
+    (done,) = exporter.get_finished_spans()
+    assert done.events[0].timestamp == closed["origin_unix_ns"] + 2_000_000
