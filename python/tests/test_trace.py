@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import edgemark
-from edgemark.stream_edge import RequestStreamEdgeEvents, StreamEdgeKey
+from edgemark.stream_edge import RequestStreamEdgeEvents, StreamEdgeEvent, StreamEdgeKey
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -68,7 +68,8 @@ def test_the_drop_in_takes_the_context_from_trace_headers(tmp_path):
     region = make(tmp_path)
     events = RequestStreamEdgeEvents(region, trace_headers={"Traceparent": TP, "x": "y"})
     assert events.traceparent.split("-")[1] == "4bf92f3577b34da6a3ce929d0e0e4736"
-    events.start_segment(StreamEdgeKey(0, 1)).mark_producer_emit(chunk_id=0)
+    rec = events.start_segment(StreamEdgeKey(0, 1))
+    assert rec.record(StreamEdgeEvent.PRODUCER_EMIT, meaningful=True, chunk_seq=0)
     events.close()
     assert events.traceparent is None
     (c,) = region.drain_closed()
