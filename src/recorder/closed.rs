@@ -41,10 +41,10 @@ impl Recorder {
         match traceparent.parse::<TraceContext>() {
             Ok(parent) => self.begin_traced(Some(parent)),
             Err(_) => {
-                if let Some(Live { inner, proto }) = self.live() {
-                    if inner.storage.access() == Access::ReadWrite {
-                        proto.count_bad_trace();
-                    }
+                if let Some(Live { inner, proto }) = self.live()
+                    && inner.storage.access() == Access::ReadWrite
+                {
+                    proto.count_bad_trace();
                 }
                 self.begin_traced(None)
             }
