@@ -985,6 +985,24 @@ fn m9b_two_registrants_of_two_names() {
 /// A closed request as a reader took it: its slot and its producer value.
 type Took = (u32, Option<u64>);
 
+/// A region of one edge, one kept segment and a schema of the producer
+/// event alone (the ring's models are about entries, not events: fewer
+/// words keep loom's exploration short), with `slots` slots and a ring of
+/// `entries`.
+fn ring_region(slots: u32, entries: u32) -> Recorder {
+    let schema = edgemark::Schema::empty()
+        .with_event(P.name(), DOMAIN, true)
+        .expect("a valid schema");
+    Recorder::builder()
+        .edge(0, 1)
+        .slots(slots)
+        .segments(1)
+        .schema(schema)
+        .closed_entries(entries)
+        .create_in_memory()
+        .expect("a valid geometry")
+}
+
 fn took(rec: &Recorder, max: usize) -> (Vec<Took>, u64) {
     let mut out = Vec::new();
     let d = rec.drain_closed(max, &mut out).expect("a writable region");
@@ -1008,13 +1026,7 @@ fn took(rec: &Recorder, max: usize) -> (Vec<Took>, u64) {
 fn m10a_two_closers_and_a_reader_share_one_ring_entry() {
     const NAME: &str = "m10a_two_closers_and_a_reader_share_one_ring_entry";
     let seen = explore(NAME, || {
-        let rec = Recorder::builder()
-            .edge(0, 1)
-            .slots(2)
-            .segments(1)
-            .closed_entries(1)
-            .create_in_memory()
-            .expect("a valid geometry");
+        let rec = ring_region(2, 1);
         let (t0, t1) = (rec.begin().unwrap(), rec.begin().unwrap());
         emit(&rec, t0, 0, 1.0, 0);
         emit(&rec, t1, 0, 2.0, 0);
@@ -1056,13 +1068,7 @@ fn m10a_two_closers_and_a_reader_share_one_ring_entry() {
 fn m10b_two_readers_never_take_one_entry_twice() {
     const NAME: &str = "m10b_two_readers_never_take_one_entry_twice";
     let seen = explore(NAME, || {
-        let rec = Recorder::builder()
-            .edge(0, 1)
-            .slots(1)
-            .segments(1)
-            .closed_entries(2)
-            .create_in_memory()
-            .expect("a valid geometry");
+        let rec = ring_region(1, 2);
         let t = rec.begin().unwrap();
         emit(&rec, t, 0, 1.0, 0);
         rec.close(t);

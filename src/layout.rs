@@ -53,6 +53,9 @@ pub(crate) const H_RING_CLAIM: usize = 24;
 pub(crate) const H_RING_READ: usize = 25;
 /// Entries the readers skipped: overwritten or torn before read.
 pub(crate) const H_RING_LOST: usize = 26;
+/// Trace contexts refused on the record path
+/// ([`crate::Recorder::begin_with_traceparent`]).
+pub(crate) const H_BAD_TRACE: usize = 27;
 // Written at run time, each group on its own cache line, away from the
 // read-mostly words above.
 /// The begin cursor: where the next `begin` starts its search.
@@ -514,7 +517,7 @@ impl Layout {
 
 const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
 const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
-const _: () = assert!(H_RING_LOST < H_CURSOR);
+const _: () = assert!(H_BAD_TRACE < H_CURSOR);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
 const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);
 const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= HEADER_WORDS);

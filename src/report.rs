@@ -14,7 +14,8 @@
 
 use crate::clock::ClockIdentity;
 use crate::layout::{
-    BUCKETS_MS, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords, Layout,
+    BUCKETS_MS, H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords,
+    Layout,
 };
 use crate::mark::Edge;
 use crate::outcome::Outcome;
@@ -156,6 +157,9 @@ pub struct Counters {
     /// Closed requests that left the ring of closed requests unread:
     /// overwritten (its reader fell a ring behind) or torn.
     pub closed_lost: u64,
+    /// Malformed trace contexts ignored on the record path (their
+    /// requests began in a new trace).
+    pub bad_trace_contexts: u64,
 }
 
 /// One histogram of a region's closed requests: an edge, and an event or a
@@ -251,6 +255,7 @@ pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
         reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
         // Relaxed: a counter, as the others.
         closed_lost: w[H_RING_LOST].load(Ordering::Relaxed),
+        bad_trace_contexts: w[H_BAD_TRACE].load(Ordering::Relaxed),
     }
 }
 

@@ -661,9 +661,10 @@ fn attach_refuses_files_that_are_not_regions_with_typed_errors() {
 fn attach_validates_every_header_field() {
     // (word, value, what must be refused)
     type Want = fn(&AttachError) -> bool;
-    let cases: [(usize, u64, Want); 9] = [
+    let cases: [(usize, u64, Want); 14] = [
         (1, 0, |e| matches!(e, AttachError::NotInitialised)),
-        (1, 3, |e| matches!(e, AttachError::UnsupportedVersion(3))),
+        (1, 2, |e| matches!(e, AttachError::UnsupportedVersion(2))),
+        (1, 4, |e| matches!(e, AttachError::UnsupportedVersion(4))),
         (2, 8192, |e| matches!(e, AttachError::Geometry(_))),
         (3, 1, |e| matches!(e, AttachError::Geometry(_))),
         (4, 9, |e| {
@@ -675,6 +676,13 @@ fn attach_validates_every_header_field() {
         (14, 0xbeef, |e| {
             matches!(e, AttachError::TimeNamespaceMismatch)
         }),
+        // The ring of closed requests: its entry count, stride and offset.
+        (21, 1 << 40, |e| matches!(e, AttachError::Geometry(_))),
+        (21, 7, |e| {
+            matches!(e, AttachError::Geometry(_) | AttachError::Length { .. })
+        }),
+        (22, 64, |e| matches!(e, AttachError::Geometry(_))),
+        (23, 4096, |e| matches!(e, AttachError::Geometry(_))),
     ];
     for (word, value, want) in cases {
         let (_d, path, _rec) = region();

@@ -14,6 +14,10 @@
 //! - each cell has at most one winner, and a duplicate implies a winner;
 //! - a value a concurrent snapshot saw is the one the final snapshot shows.
 //!
+//! Two reader processes drain the ring of closed requests meanwhile: each
+//! closed request is taken at most once, with its close's final values,
+//! and (no worker killed) every close is taken or counted lost.
+//!
 //! A second run kills random workers with SIGKILL mid-flight; the survivors'
 //! results must still hold and no value may be torn.
 //!
@@ -36,6 +40,54 @@ use serde_json::Value;
 const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 0)];
 const SLOTS: u32 = 6;
 const KEPT: u32 = 2;
+/// Entries of the ring of closed requests: small, so that readers fall a
+/// ring behind as well as keep up.
+const CLOSED_ENTRIES: u32 = 8;
+
+// ---------------------------------------------------------------------------
+// Reader side: drains the ring of closed requests into `out`, one line per
+// request taken (`token json`), until `stop` exists; then drains to the end,
+// giving up on a claim that stays pending (its closer may have been killed).
+
+fn reader(region: &Path, out: &Path, stop: &Path) {
+    let rec = Recorder::attach(region).expect("attach");
+    let mut file = std::fs::File::create(out).expect("reader log");
+    let mut taken = Vec::new();
+    let mut stopping_rounds = 0u32;
+    let mut last_pending = None;
+    loop {
+        let stopping = stop.exists();
+        let d = rec.drain_closed(32, &mut taken).expect("drain");
+        for c in taken.drain(..) {
+            let line = format!(
+                "{} {}\n",
+                c.token(),
+                serde_json::to_string(c.snapshot()).unwrap()
+            );
+            file.write_all(line.as_bytes()).expect("reader write");
+        }
+        if !stopping {
+            if d.taken == 0 {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        if d.caught_up {
+            stopping_rounds += 1;
+            if stopping_rounds > 2 {
+                return;
+            }
+        }
+        if let Some(p) = d.pending {
+            // After the run, a claim still pending had its closer killed.
+            if last_pending == Some(p) {
+                rec.skip_closed(p);
+            }
+            last_pending = Some(p);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Worker side.
@@ -371,9 +423,24 @@ fn run(cfg: &Run) -> String {
         .edges(EDGES)
         .slots(SLOTS)
         .segments(KEPT)
+        .closed_entries(CLOSED_ENTRIES)
         .create(&region)
         .unwrap();
     let exe = std::env::current_exe().unwrap();
+    // Two reader processes drain the ring of closed requests throughout.
+    let stop = dir.path().join("stop");
+    let readers: Vec<_> = (0..2)
+        .map(|i| {
+            let out = dir.path().join(format!("reader{i}.log"));
+            let child = Command::new(&exe)
+                .args(["reader", region.to_str().unwrap(), out.to_str().unwrap()])
+                .arg(&stop)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            (child, out)
+        })
+        .collect();
     let mut children: Vec<_> = (0..cfg.processes)
         .map(|id| {
             Command::new(&exe)
@@ -408,6 +475,37 @@ fn run(cfg: &Run) -> String {
             logs_model.finals.insert(t.to_string(), s.to_json());
         }
     }
+    // The readers: every closed request taken by one reader at most, with
+    // exactly the final values its close returned; with no worker killed,
+    // each close that freed its slot taken once or counted lost.
+    std::fs::write(&stop, b"").unwrap();
+    let mut taken: HashMap<String, Value> = HashMap::new();
+    for (mut child, out) in readers {
+        assert!(child.wait().unwrap().success(), "a reader failed");
+        for line in std::fs::read_to_string(out).unwrap().lines() {
+            let (token, json) = line.split_once(' ').unwrap();
+            let snap: Value = serde_json::from_str(json).unwrap();
+            if let Some(final_) = logs_model.finals.get(token) {
+                assert_eq!(
+                    &snap, final_,
+                    "{token}: the ring's values are not its close's"
+                );
+            } else {
+                assert!(cfg.kill, "{token} was taken but never closed");
+            }
+            let again = taken.insert(token.to_owned(), snap);
+            assert!(again.is_none(), "{token} was taken twice");
+        }
+    }
+    let counters = rec.counters();
+    if !cfg.kill {
+        assert_eq!(
+            taken.len() as u64 + counters.closed_lost,
+            counters.closed_requests,
+            "a close was neither taken nor counted lost"
+        );
+    }
+    assert!(!taken.is_empty(), "the readers took nothing");
     let rep = verify(&logs_model, cfg.kill);
     assert!(
         rep.recorded > 100,
@@ -427,13 +525,15 @@ fn run(cfg: &Run) -> String {
                 m
             });
     format!(
-        "{} processes x {} threads, {} killed: {} log lines, {} begins, {} finals, {} recorded writes checked against finals ({} skipped), {} values explained; outcomes {:?}",
+        "{} processes x {} threads, {} killed: {} log lines, {} begins, {} finals ({} taken from the ring by 2 readers, {} lost), {} recorded writes checked against finals ({} skipped), {} values explained; outcomes {:?}",
         cfg.processes,
         cfg.threads,
         killed,
         logs_model.lines,
         logs_model.begins.len(),
         logs_model.finals.len(),
+        taken.len(),
+        counters.closed_lost,
         rep.checked_instances,
         rep.skipped_instances,
         rep.values_checked,
@@ -443,6 +543,14 @@ fn run(cfg: &Run) -> String {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("reader") {
+        reader(
+            &PathBuf::from(&args[2]),
+            &PathBuf::from(&args[3]),
+            &PathBuf::from(&args[4]),
+        );
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("worker") {
         let n = |i: usize| args[i].parse::<u64>().unwrap();
         worker(

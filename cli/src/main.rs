@@ -82,6 +82,10 @@ enum Command {
         /// Segments kept per edge of a request.
         #[arg(long, default_value_t = 4, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         segments: u32,
+        /// Entries of the ring of closed requests that `edgemark export
+        /// --otlp` drains (0: none). Default: the slot count, at most 4096.
+        #[arg(long, value_name = "N")]
+        closed_entries: Option<u32>,
         /// An extra clock domain for values measured elsewhere (repeatable).
         #[arg(long = "domain")]
         domains: Vec<String>,
@@ -192,7 +196,17 @@ enum Command {
         /// The region file.
         path: PathBuf,
         #[command(flatten)]
+        args: ops::BeginArgs,
+        #[command(flatten)]
         trust: Trust,
+    },
+    /// Print the traceparent to hand a request's part on another host (its
+    /// trace, with the request's own span as the parent).
+    Traceparent {
+        /// The region file.
+        path: PathBuf,
+        #[command(flatten)]
+        args: ops::TokenArg,
     },
     /// Record one event and print the outcome.
     Record {
@@ -340,6 +354,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             edges,
             slots,
             segments,
+            closed_entries,
             domains,
             group_access,
             clock,
@@ -360,6 +375,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .segments(segments)
                 .group_access(group_access)
                 .clock(asked);
+            if let Some(n) = closed_entries {
+                b = b.closed_entries(n);
+            }
             for d in &domains {
                 b = b.domain(d);
             }
@@ -521,7 +539,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 remove_if_abandoned_region(&rec, &path)?;
             }
         }
-        Command::Begin { path, trust } => op(&path, trust, Op::Begin)?,
+        Command::Begin { path, args, trust } => op(&path, trust, Op::Begin(args))?,
+        Command::Traceparent { path, args } => {
+            let rec = attach_for_reading(&path)?;
+            outln!("{}", ops::run(&rec, Op::Traceparent(args), false)?);
+        }
         Command::Record { path, args, trust } => op(&path, trust, Op::Record(args))?,
         Command::StartSegment { path, args, trust } => {
             op(&path, trust, Op::StartSegment(args))?;
@@ -686,6 +708,12 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
             },
             "refused": counters.refused.iter().map(|(o, n)| (o.name().to_owned(), serde_json::Value::from(*n))).collect::<serde_json::Map<String, serde_json::Value>>(),
             "dropped_segments": counters.dropped_segments,
+            "closed_ring": {
+                "entries": info.ring_entries,
+                "entry_bytes": info.ring_stride,
+                "lost": counters.closed_lost,
+            },
+            "bad_trace_contexts": counters.bad_trace_contexts,
             "open_requests": open.len(),
             "free_slots": u64::from(info.slots) - open.len() as u64,
             "open": open.iter().map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s})).collect::<Vec<_>>(),
@@ -735,6 +763,18 @@ fn inspect(rec: &Recorder, json: bool) -> Result<()> {
         u64::from(info.slots) - open.len() as u64
     );
     outln!("dropped    {} segments", counters.dropped_segments);
+    outln!(
+        "closed     ring of {} entries x {} bytes, {} lost unread",
+        info.ring_entries,
+        info.ring_stride,
+        counters.closed_lost
+    );
+    if counters.bad_trace_contexts > 0 {
+        outln!(
+            "traces     {} malformed contexts ignored",
+            counters.bad_trace_contexts
+        );
+    }
     for (o, n) in &counters.refused {
         if *n > 0 {
             outln!("refused    {o}: {n}");

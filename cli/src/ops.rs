@@ -92,11 +92,25 @@ pub(crate) struct TokenArg {
     pub(crate) token: Token,
 }
 
+/// `begin`'s arguments after the region's path.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct BeginArgs {
+    /// The W3C trace context the request runs under (a traceparent value,
+    /// 00-<32 hex>-<16 hex>-<2 hex>): the caller's span, or what
+    /// `edgemark traceparent` printed for the request's part on another
+    /// host. Without it the request starts a new trace.
+    #[arg(long, value_name = "TRACEPARENT")]
+    pub(crate) traceparent: Option<edgemark::TraceContext>,
+}
+
 /// One operation on a region.
 #[derive(Subcommand, Debug, Clone)]
 pub(crate) enum Op {
     /// Begin a request and print its token.
-    Begin,
+    Begin(BeginArgs),
+    /// Print the traceparent to hand a request's part on another host: the
+    /// request's trace, with its own span as the parent.
+    Traceparent(TokenArg),
     /// Record one event and print the outcome.
     Record(RecordArgs),
     /// Start a new segment on an edge of a request and print the outcome.
@@ -166,7 +180,11 @@ fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::EventId> {
 /// command line (`in_batch`).
 pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
     Ok(match op {
-        Op::Begin => match rec.begin() {
+        Op::Traceparent(a) => match rec.trace_context(a.token) {
+            Some(c) => c.to_string(),
+            None => bail!("request {} is not open", a.token),
+        },
+        Op::Begin(a) => match rec.begin_traced(a.traceparent) {
             Ok(t) => t.to_string(),
             Err(o) if in_batch => format!("refused {o}"),
             Err(o) => bail!("no request begun: {o}"),

@@ -876,7 +876,7 @@ fn batch_help_lists_every_command_on_one_line() {
     assert_eq!(lines.len(), 2, "{lines:?}");
     let help = &lines[0];
     assert!(
-        help.starts_with("commands: begin | record TOKEN EDGE EVENT"),
+        help.starts_with("commands: begin [--traceparent TRACEPARENT] | traceparent TOKEN | record TOKEN EDGE EVENT"),
         "{help}"
     );
     for needle in [
@@ -938,4 +938,35 @@ fn snapshot_reads_a_region_on_a_read_only_mount() {
     }
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stdout(&o).trim(), "{}");
+}
+
+#[test]
+fn begin_takes_a_traceparent_and_traceparent_prints_the_requests_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = region(dir.path());
+    let path = p.to_str().unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let o = edgemark(&["begin", path, "--traceparent", tp]);
+    assert!(o.status.success(), "{o:?}");
+    let token = stdout(&o).trim().to_owned();
+    let o = edgemark(&["traceparent", path, &token]);
+    assert!(o.status.success(), "{o:?}");
+    let mine = stdout(&o).trim().to_owned();
+    let parts: Vec<&str> = mine.split('-').collect();
+    assert_eq!(parts[..2], ["00", "4bf92f3577b34da6a3ce929d0e0e4736"]);
+    assert_ne!(parts[2], "00f067aa0ba902b7");
+    assert_eq!(parts[3], "01");
+    // Malformed: refused with the format, and no request begun.
+    let o = edgemark(&["begin", path, "--traceparent", "00-abc-01"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("00-<32 hex digits>-<16 hex digits>-<2 hex digits>"),
+        "{err}"
+    );
+    // A closed request has no context to hand on.
+    assert!(edgemark(&["close", path, &token]).status.success());
+    let o = edgemark(&["traceparent", path, &token]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not open"));
 }

@@ -110,6 +110,7 @@ class Region:
         group_access: bool = False,
         clock: str = "monotonic",
         sparse: bool = False,
+        closed_entries: Optional[int] = None,
     ) -> "Region":
         """Creates a new region file at ``path`` (never over an existing file)
         and reserves its space (``OSError`` ``ENOSPC`` naming the size and
@@ -136,9 +137,20 @@ class Region:
     @staticmethod
     def disabled() -> "Region":
         """A region that records nothing (collection off by default)."""
-    def begin(self) -> Optional[Token]:
-        """Begins a request; ``None`` when the region is full or disabled, or
-        this process's mapping lost a page (outcome ``faulted``)."""
+    def begin(self, traceparent: Optional[str] = None, strict: bool = True) -> Optional[Token]:
+        """Begins a request, under the W3C ``traceparent`` if given (else in a
+        new trace); ``None`` when the region is full or disabled, or this
+        process's mapping lost a page (outcome ``faulted``). A malformed
+        ``traceparent`` raises ``ValueError``, or with ``strict=False`` is
+        ignored and counted (``bad_trace_contexts``)."""
+    def traceparent(self, token: _TokenLike) -> Optional[str]:
+        """The ``traceparent`` to hand the request's part on another host:
+        its trace, its own span as the parent; ``None`` if not open."""
+    def drain_closed(self, max: int = 256) -> List[Dict[str, Any]]:
+        """Takes up to ``max`` closed requests (each reaches one reader):
+        dicts of ``token``, ``trace_id``, ``span_id``, ``parent_span_id``,
+        ``trace_flags``, ``origin_unix_ns``, ``closed_unix_ns``,
+        ``snapshot``."""
     def record(
         self,
         token: _TokenLike,

@@ -43,7 +43,7 @@ import secrets
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, TypedDict
+from typing import Dict, Mapping, Optional, Tuple, TypedDict
 
 from . import elapsed_between as _elapsed_between
 from ._edgemark import Region, StreamEdgeRecorder, default_dir
@@ -261,6 +261,20 @@ def _close_if_mine(region: Region, token, pid: int):
     return {}
 
 
+def _traceparent(headers: Optional[Mapping[str, str]]) -> Optional[str]:
+    """The ``traceparent`` value of a header mapping (names compared without
+    case), or ``None``."""
+    if not headers:
+        return None
+    try:
+        for name, value in headers.items():
+            if isinstance(name, str) and name.lower() == "traceparent" and isinstance(value, str):
+                return value
+    except Exception:  # a caller's odd mapping must not fail the request
+        return None
+    return None
+
+
 # ---------------------------------------------------------------------------
 # One request's events.
 
@@ -282,11 +296,19 @@ class RequestStreamEdgeEvents:
 
     __slots__ = ("_region", "_token", "_segments", "_closed", "_finalizer", "__weakref__")
 
-    def __init__(self, region: Optional[Region] = None) -> None:
+    def __init__(
+        self,
+        region: Optional[Region] = None,
+        trace_headers: Optional[Mapping[str, str]] = None,
+    ) -> None:
         if region is None:
             region = _default_or_disabled()
         self._region = region
-        self._token = region.begin()
+        # The caller's W3C trace context, where it has one (vLLM's
+        # ``trace_headers``): the request's spans join that trace. A
+        # malformed one never fails the request: it is ignored and counted.
+        traceparent = _traceparent(trace_headers)
+        self._token = region.begin(traceparent, strict=False)
         self._segments: Dict[Tuple[int, int], int] = {}
         self._closed = False
         self._finalizer = (
@@ -294,6 +316,15 @@ class RequestStreamEdgeEvents:
             if self._token is not None
             else None
         )
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        """The W3C ``traceparent`` to hand the request's part on another host
+        (with its token): the request's trace, its own span as the parent.
+        ``None`` for an unrecorded or closed request."""
+        if self._token is None or self._closed:
+            return None
+        return self._region.traceparent(self._token)
 
     @property
     def region(self) -> Region:

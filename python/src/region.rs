@@ -3,7 +3,8 @@
 use std::cell::Cell;
 
 use edgemark::{
-    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, HOST_MONOTONIC,
+    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, TraceContext,
+    TraceparentError, HOST_MONOTONIC,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -350,10 +351,14 @@ impl PyRegion {
     /// one name for ``domains``), and ``ValueError`` for no edges, a
     /// duplicate or self edge, a bad geometry, a bad domain name or a clock
     /// that is neither.
+    ///
+    /// ``closed_entries`` sizes the ring of closed requests that
+    /// ``drain_closed`` (and ``edgemark export --otlp``) reads: default the
+    /// slot count, at most 4096; 0 keeps none.
     #[staticmethod]
     #[pyo3(
-        signature = (path, edges = None, slots = 4096, segments = 4, domains = None, group_access = false, clock = "monotonic", sparse = false),
-        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False, clock='monotonic', sparse=False)"
+        signature = (path, edges = None, slots = 4096, segments = 4, domains = None, group_access = false, clock = "monotonic", sparse = false, closed_entries = None),
+        text_signature = "(path, edges=[(0, 1), (1, 2)], slots=4096, segments=4, domains=(), group_access=False, clock='monotonic', sparse=False, closed_entries=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn create(
@@ -366,6 +371,7 @@ impl PyRegion {
         group_access: bool,
         clock: &str,
         sparse: bool,
+        closed_entries: Option<u32>,
     ) -> PyResult<PyRegion> {
         let clock = match clock {
             "monotonic" => edgemark::Clock::Monotonic,
@@ -376,9 +382,12 @@ impl PyRegion {
                 )))
             }
         };
-        let b = builder(edges, slots, segments, domains, group_access)?
+        let mut b = builder(edges, slots, segments, domains, group_access)?
             .clock(clock)
             .sparse(sparse);
+        if let Some(n) = closed_entries {
+            b = b.closed_entries(n);
+        }
         let path = path_arg(path)?;
         let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
         PyRegion::wrap(py, rec)
@@ -452,10 +461,71 @@ impl PyRegion {
     /// Begins a request: claims a free slot, sets the request's origin to
     /// now on the shared clock, and returns its ``Token``.
     ///
+    /// ``traceparent`` is the W3C trace context the request runs under (a
+    /// ``traceparent`` header value: the caller's span, or
+    /// ``Region.traceparent`` of the request's part on another host); the
+    /// region keeps it for the spans its closed requests become. Without
+    /// it the request starts a new trace. A malformed value raises
+    /// ``ValueError``; with ``strict=False`` (a record path that must not
+    /// fail) it is ignored and counted (``counters()["bad_trace_contexts"]``).
+    ///
     /// Fails open: ``None`` when the region is full or disabled; the request
     /// then runs unrecorded (every call with a ``None`` token is a no-op).
-    fn begin(&self) -> Option<PyToken> {
-        self.rec.begin().ok().map(PyToken)
+    #[pyo3(signature = (traceparent=None, strict=true))]
+    fn begin(&self, traceparent: Option<&str>, strict: bool) -> PyResult<Option<PyToken>> {
+        let begun = match traceparent {
+            None => self.rec.begin(),
+            Some(tp) if !strict => self.rec.begin_with_traceparent(tp),
+            Some(tp) => {
+                let parent: TraceContext = tp.parse().map_err(|e: TraceparentError| {
+                    PyValueError::new_err(format!("invalid traceparent {tp:?}: {e}"))
+                })?;
+                self.rec.begin_traced(Some(parent))
+            }
+        };
+        Ok(begun.ok().map(PyToken))
+    }
+
+    /// The W3C ``traceparent`` to hand the request's next stage on another
+    /// host with its token: the request's trace, with its own span as the
+    /// parent. ``None`` if the token names no open request.
+    fn traceparent(&self, token: &Bound<'_, PyAny>) -> Option<String> {
+        let t = token_arg(token).ok()?;
+        self.rec.trace_context(t).map(|c| c.to_string())
+    }
+
+    /// Takes up to ``max`` closed requests from the region's ring of closed
+    /// requests, oldest first; each reaches exactly one reader of all the
+    /// processes that drain. Returns a list of dicts: ``token``,
+    /// ``trace_id`` and ``span_id`` (hex; the request's own span),
+    /// ``parent_span_id`` (hex, or ``None`` when its trace started here),
+    /// ``trace_flags``, ``origin_unix_ns``, ``closed_unix_ns`` and
+    /// ``snapshot`` (as ``close`` returned it). Losses (a reader a ring
+    /// behind) are counted in ``counters()["closed_lost"]``.
+    #[pyo3(signature = (max=256))]
+    fn drain_closed<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        py.detach(|| self.rec.drain_closed(max, &mut out))
+            .map_err(sweep_error)?;
+        let list = PyList::empty(py);
+        for c in &out {
+            let d = PyDict::new(py);
+            let ctx = c.context();
+            d.set_item("token", PyToken(c.token()))?;
+            d.set_item("trace_id", ctx.trace_id_hex())?;
+            d.set_item("span_id", ctx.span_id_hex())?;
+            d.set_item(
+                "parent_span_id",
+                c.parent_span_id()
+                    .map(|p| p.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+            )?;
+            d.set_item("trace_flags", c.trace_flags())?;
+            d.set_item("origin_unix_ns", c.origin_unix_ns())?;
+            d.set_item("closed_unix_ns", c.closed_unix_ns())?;
+            d.set_item("snapshot", snapshot::to_py(py, Some(c.snapshot()))?)?;
+            list.append(d)?;
+        }
+        Ok(list)
     }
 
     /// Records the first ``event`` of the request ``token`` on segment
@@ -766,7 +836,7 @@ impl PyRegion {
 
     /// The region's counters: ``{"refused": {outcome: n, ...},
     /// "dropped_segments": n, "closed_requests": n, "reclaimed_requests":
-    /// n}``.
+    /// n, "closed_lost": n, "bad_trace_contexts": n}``.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = self.rec.counters();
         let refused = PyDict::new(py);
@@ -778,6 +848,8 @@ impl PyRegion {
         d.set_item("dropped_segments", c.dropped_segments)?;
         d.set_item("closed_requests", c.closed_requests)?;
         d.set_item("reclaimed_requests", c.reclaimed_requests)?;
+        d.set_item("closed_lost", c.closed_lost)?;
+        d.set_item("bad_trace_contexts", c.bad_trace_contexts)?;
         Ok(d)
     }
 

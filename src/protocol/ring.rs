@@ -38,8 +38,8 @@
 use super::read::{ReadInto, SegmentRead};
 use super::{At, Proto};
 use crate::layout::{
-    H_RING_CLAIM, H_RING_LOST, H_RING_READ, R_CHECK, R_CLOSED_US, R_KIND, R_STATE, R_TOKEN,
-    R_TRACE, TRACE_WORDS,
+    H_BAD_TRACE, H_RING_CLAIM, H_RING_LOST, H_RING_READ, R_CHECK, R_CLOSED_US, R_KIND, R_STATE,
+    R_TOKEN, R_TRACE, TRACE_WORDS,
 };
 use crate::schema::MAX_EVENTS;
 use crate::sync::{Ordering, fence};
@@ -89,6 +89,8 @@ pub(crate) struct RingWrite<'a, F> {
     /// Segments the edge being read dropped, written with its first kept
     /// segment.
     dropped: u64,
+    /// Whether the entry's kind word is written.
+    kind_written: bool,
 }
 
 /// The entry a [`RingWrite`] holds.
@@ -100,6 +102,8 @@ struct Taken {
     sum: u64,
     /// Per edge, the places written so far.
     places: [u8; crate::layout::MAX_EDGES],
+    /// Bit `e` set once edge `e`'s dropped-segment count is written.
+    dropped: u64,
 }
 
 impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
@@ -120,17 +124,19 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
             taken: None,
             corrupt: false,
             dropped: 0,
+            kind_written: false,
         }
     }
 
-    /// Stores `w` at offset `i` of the taken entry, which holds 0 there.
+    /// Stores `w` at offset `i` of the taken entry. Each word of the
+    /// entry after its checksum is stored exactly once per claim.
     #[inline]
     fn put(&mut self, i: usize, w: u64) {
         let Some(t) = &mut self.taken else { return };
-        // Relaxed: published by the Release CAS in `publish`; the Release
+        // Relaxed: published by the Release CAS in `finish`; the Release
         // fence after the claim orders these after the `writing` state.
         self.proto.w(t.base + i).store(w, Ordering::Relaxed);
-        t.sum = t.sum.wrapping_sub(term(i, 0)).wrapping_add(term(i, w));
+        t.sum = t.sum.wrapping_add(term(i, w));
     }
 
     /// Takes the next claim's entry, or none if a newer claim has it
@@ -173,18 +179,12 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
         // state load, so it never takes a mixture for a published entry
         // (the sequence lock's writer side).
         fence(Ordering::Release);
-        let mut sum = 0u64;
-        for i in R_CHECK + 1..l.ring_words {
-            // Relaxed: as in `put`. Every word is written, so nothing of the
-            // entry's previous claim survives.
-            self.proto.w(base + i).store(0, Ordering::Relaxed);
-            sum = sum.wrapping_add(term(i, 0));
-        }
         self.taken = Some(Taken {
             claim,
             base,
-            sum,
+            sum: 0,
             places: [0; crate::layout::MAX_EDGES],
+            dropped: 0,
         });
     }
 
@@ -197,13 +197,44 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
             (true, true) => kind::CORRUPT,
         };
         self.put(R_KIND, kind);
+        self.kind_written = true;
         self.finish();
     }
 }
 
 impl<F> RingWrite<'_, F> {
+    /// Stores 0 in every word of the entry not written yet (the drop counts
+    /// and places of edges with fewer kept segments than places; the kind
+    /// of an entry cut short), then publishes it.
     fn finish(&mut self) {
-        let Some(t) = self.taken.take() else { return };
+        let l = self.proto.layout;
+        let Some(mut t) = self.taken.take() else {
+            return;
+        };
+        let mut zero = |i: usize| {
+            // Relaxed: as in `put`.
+            self.proto.w(t.base + i).store(0, Ordering::Relaxed);
+            t.sum = t.sum.wrapping_add(term(i, 0));
+        };
+        if !self.kind_written {
+            zero(R_KIND);
+        }
+        for edge in 0..l.edges as usize {
+            if t.dropped & 1 << edge == 0 {
+                zero(l.ring_dropped(edge));
+            }
+            for place in usize::from(t.places[edge])..l.segments as usize {
+                let at = l.ring_place(edge, place);
+                for i in at..at + 1 + l.events as usize {
+                    zero(i);
+                }
+            }
+        }
+        let last =
+            l.ring_place(l.edges as usize - 1, l.segments as usize - 1) + 1 + l.events as usize;
+        for i in last..l.ring_words {
+            zero(i);
+        }
         // Relaxed: published by the CAS below.
         self.proto
             .w(t.base + R_CHECK)
@@ -274,7 +305,8 @@ impl<F: Fn(u64) -> u64> ReadInto for RingWrite<'_, F> {
         }
         t.places[edge] += 1;
         let dropped = std::mem::take(&mut self.dropped);
-        if place == 0 && dropped > 0 {
+        if t.dropped & 1 << edge == 0 {
+            t.dropped |= 1 << edge;
             self.put(l.ring_dropped(edge), dropped);
         }
         let at = l.ring_place(edge, place);
@@ -372,6 +404,12 @@ impl Proto<'_> {
     /// if the cursor has moved on.
     pub(crate) fn ring_skip(&self, claim: u64) -> bool {
         self.skip(claim, claim + 1) != Take::Raced
+    }
+
+    /// Counts a trace context refused on the record path.
+    pub(crate) fn count_bad_trace(&self) {
+        // Relaxed: a counter.
+        self.w(H_BAD_TRACE).fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts `n` closed requests lost to the readers.
