@@ -361,6 +361,50 @@ fn one_request(rec: &Recorder, traceparent: &str) {
 }
 
 // ---------------------------------------------------------------------------
+// What the exporter refuses (no collector needed).
+
+#[test]
+fn export_refuses_what_it_cannot_send_before_serving_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let region = region(dir.path());
+    let refused = |url: Option<&str>, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(EDGEMARK);
+        cmd.arg("export").arg(&region).arg("--otlp");
+        if let Some(u) = url {
+            cmd.arg(u);
+        }
+        for v in [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ] {
+            cmd.env_remove(v);
+        }
+        let out = cmd.envs(env.iter().copied()).output().unwrap();
+        assert!(!out.status.success());
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let e = refused(
+        Some("http://127.0.0.1:4318"),
+        &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+    );
+    assert!(
+        e.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this exporter speaks OTLP over HTTP with protobuf only"),
+        "{e}"
+    );
+    let e = refused(Some("https://collector:4318"), &[]);
+    assert!(e.contains("https is not supported"), "{e}");
+    let e = refused(None, &[]);
+    assert!(e.contains("--otlp needs the collector's URL"), "{e}");
+}
+
+// ---------------------------------------------------------------------------
 // rotel.
 
 #[test]
