@@ -312,7 +312,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 outln!("snapshots written to {}", p.display());
             }
             if let Some((p, file)) = html {
-                crate::views::html::write_demo(&result.finals, &p, file)?;
+                crate::views::html::write_demo(&result.events, &result.finals, &p, file)?;
                 outln!("latency page written to {}", p.display());
             }
         }
