@@ -1,7 +1,8 @@
 //! Event arguments: the one resolver of every method that takes an event
-//! (`Region.record`, `Region.handle`, `StreamEdgeRecorder.record`).
+//! (`Region.record`, `Region.handle`, `StreamEdgeRecorder.record`), and
+//! the names of events given to `elapsed_between`.
 
-use edgemark::{EventId, Recorder};
+use edgemark::{Event, EventId, Recorder};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyString};
@@ -120,4 +121,25 @@ impl Events {
             )),
         }
     }
+}
+
+/// The name of an event argument where there is no region to resolve it
+/// against (a snapshot's dict): an ``Event`` or its int names a position of
+/// the core's default schema, [`Event::ALL`]; a name is taken as it is.
+pub(crate) fn name_of(event: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = event.cast::<PyString>() {
+        return Ok(s.to_str()?.to_owned());
+    }
+    if let Ok(i) = event.cast::<PyInt>() {
+        return i
+            .extract::<usize>()
+            .ok()
+            .and_then(|i| Event::ALL.get(i))
+            .map(|e| e.name().to_owned())
+            .ok_or_else(|| PyValueError::new_err(format!("{i} is not a valid Event")));
+    }
+    Err(PyTypeError::new_err(format!(
+        "an event is an edgemark.Event or its name, not {}",
+        event.get_type().name()?
+    )))
 }

@@ -30,9 +30,8 @@ mod stream_edge;
 mod token;
 
 use edgemark::{DomainId, Event, Observed, Outcome, HOST_MONOTONIC};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString, PyTuple};
+use pyo3::types::PyTuple;
 
 use crate::handle::PyHandle;
 use crate::region::PyRegion;
@@ -67,7 +66,7 @@ fn elapsed_between(
     start_event: &Bound<'_, PyAny>,
     end_event: &Bound<'_, PyAny>,
 ) -> PyResult<Option<f64>> {
-    let (a, b) = (event_name(start_event)?, event_name(end_event)?);
+    let (a, b) = (events::name_of(start_event)?, events::name_of(end_event)?);
     let Some(segment) = segment.filter(|s| s.is_truthy().unwrap_or(false)) else {
         return Ok(None);
     };
@@ -86,26 +85,6 @@ fn elapsed_between(
         return Ok(None);
     };
     Ok(va.until(vb))
-}
-
-/// The name of an event argument: an ``Event`` or its int (a position in
-/// the core's [`Event::ALL`]), or a name, taken as it is.
-fn event_name(event: &Bound<'_, PyAny>) -> PyResult<String> {
-    if let Ok(s) = event.cast::<PyString>() {
-        return Ok(s.to_str()?.to_owned());
-    }
-    if let Ok(i) = event.cast::<PyInt>() {
-        return i
-            .extract::<usize>()
-            .ok()
-            .and_then(|i| Event::ALL.get(i))
-            .map(|e| e.name().to_owned())
-            .ok_or_else(|| PyValueError::new_err(format!("{i} is not a valid Event")));
-    }
-    Err(PyTypeError::new_err(format!(
-        "an event is an edgemark.Event or its name, not {}",
-        event.get_type().name()?
-    )))
 }
 
 /// The clock domain `clock_domains` names for event `name`, if any.
