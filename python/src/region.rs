@@ -779,9 +779,10 @@ impl PyRegion {
     fn register_domain(&self, name: &str) -> PyResult<Option<u8>> {
         match self.rec.register_domain(name) {
             Ok(d) => Ok(Some(d.0)),
-            Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(format!(
-                "{name:?} cannot name a clock domain: 1 to 32 bytes, not blank, no control or invisible format characters"
-            ))),
+            // The core's words for its rule of names.
+            Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(
+                edgemark::SchemaError::BadName(name.to_owned()).to_string(),
+            )),
             Err(_) => Ok(None),
         }
     }

@@ -13,7 +13,7 @@
 //! core (duplicate, stale, closed, full region, unknown edge, ...) is
 //! `False`.
 
-use edgemark::{Edge, EventId, Mark, Outcome, Recorder, RequestState, Token};
+use edgemark::{Edge, EventId, Mark, Outcome, Recorder, RequestState, SchemaError, Token};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -160,11 +160,8 @@ impl PyStreamEdgeRecorder {
                     format!("Event elapsed time must be finite and non-negative, not {ms}")
                 }),
                 Outcome::UnknownDomain => t.refuse(|| {
-                    format!(
-                        "Event clock domain must be declared: {domain:?} names no clock domain \
-                         (1 to {} bytes, not blank, no control or invisible format characters)",
-                        edgemark::MAX_NAME_LEN
-                    )
+                    let why = SchemaError::BadName(domain.to_owned());
+                    format!("Event clock domain must be declared: {why}")
                 }),
                 o => Ok(o),
             },
