@@ -11,8 +11,11 @@
 //!
 //! The text is encoded by `prometheus-client`, in one of the two formats
 //! Prometheus reads: OpenMetrics, or the classic text format that older
-//! scrapers and `promtool check metrics` read. [`Format::negotiate`] picks
-//! one from a request's `Accept` header. The `edgemark export` command serves
+//! scrapers and `promtool check metrics` read (each family described as its
+//! format names it, never translated from the other's text).
+//! [`Format::negotiate`] picks one from a request's `Accept` header; a
+//! server that keeps counters of its own shows them with the region's
+//! ([`render_with`]). The `edgemark export` command serves
 //! it; an orchestrator that already runs a server serves it from there:
 //!
 //! ```
@@ -34,16 +37,16 @@
 //! # Ok::<(), edgemark::CreateError>(())
 //! ```
 
-use std::collections::HashSet;
+use std::borrow::Cow;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::Recorder;
+use crate::{AttachError, Counters, EdgeHistogram, Recorder};
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +56,17 @@ pub enum Format {
     /// The classic Prometheus text format 0.0.4 (what `promtool check
     /// metrics` and scrapers that ask for no format read).
     Text,
+}
+
+/// What a family counts, for the names and metadata its format gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A counter: its samples are `<name>_total`.
+    Counter,
+    /// A gauge.
+    Gauge,
+    /// A histogram of seconds: its samples are `<name>_seconds_*`.
+    Seconds,
 }
 
 impl Format {
@@ -72,13 +86,59 @@ impl Format {
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
         }
     }
+
+    /// The name a family's HELP and TYPE lines carry and the unit it
+    /// declares: where the two formats differ (with the `# EOF` that only
+    /// OpenMetrics writes). Both name the samples alike: OpenMetrics names
+    /// a counter's family without the `_total` its samples end in and
+    /// declares a histogram's unit in a `# UNIT` line, which prometheus-client
+    /// adds to the name; the classic format names each family as its
+    /// samples, and has no unit line.
+    fn family(self, name: &str, kind: Kind) -> (Cow<'_, str>, Option<&'static Unit>) {
+        static SECONDS: Unit = Unit::Seconds;
+        match (self, kind) {
+            (Format::OpenMetrics, Kind::Seconds) => (Cow::Borrowed(name), Some(&SECONDS)),
+            (Format::OpenMetrics, _) | (Format::Text, Kind::Gauge) => (Cow::Borrowed(name), None),
+            (Format::Text, Kind::Counter) => (Cow::Owned(format!("{name}_total")), None),
+            (Format::Text, Kind::Seconds) => (Cow::Owned(format!("{name}_seconds")), None),
+        }
+    }
+
+    /// Writes one sample of a counter family described by
+    /// [`Format::family`]: `<name>_total`, with the family's labels.
+    fn counter_sample(self, mut m: MetricEncoder<'_>, v: u64) -> std::fmt::Result {
+        match self {
+            Format::OpenMetrics => ConstCounter::new(v).encode(m),
+            // The family is already named `<name>_total`: the sample is
+            // written under that name as it is.
+            Format::Text => m.encode_gauge(&v),
+        }
+    }
+}
+
+/// A counter the serving process keeps itself, not the region: shown after
+/// the region's metrics, named and typed as theirs are
+/// ([`render_with`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ServerCounter {
+    name: &'static str,
+    help: &'static str,
+    value: u64,
+}
+
+impl ServerCounter {
+    /// The counter `name` (its family name, without `_total`) with its
+    /// help text and value.
+    pub fn new(name: &'static str, help: &'static str, value: u64) -> ServerCounter {
+        ServerCounter { name, help, value }
+    }
 }
 
 /// The region's metrics now, as text in `format`.
 pub fn render(recorder: &Recorder, format: Format) -> String {
     let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = render_into(recorder, format, &mut out);
+    // What it read is in the text (`edgemark_region_ok`).
+    let _ = render_with(Some(recorder), &[], format, &mut out);
     out
 }
 
@@ -89,92 +149,178 @@ pub fn render_into(
     format: Format,
     out: &mut impl std::fmt::Write,
 ) -> std::fmt::Result {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(RegionCollector(recorder.clone())));
-    let mut open_metrics = String::new();
-    prometheus_client::encoding::text::encode(&mut open_metrics, &registry)?;
-    match format {
-        Format::OpenMetrics => out.write_str(&open_metrics),
-        Format::Text => to_classic(&open_metrics, out),
-    }
+    out.write_str(&render(recorder, format))
 }
 
-/// The classic text form of `prometheus-client`'s OpenMetrics text, for the
-/// metric types this module writes (counters, gauges, histograms, with no
-/// exemplars or creation times). The two differ in three ways: a counter's
-/// HELP and TYPE lines name the family with its `_total` suffix, as its
-/// samples do; `# UNIT` lines are not part of it; there is no `# EOF`.
-fn to_classic(open_metrics: &str, out: &mut impl std::fmt::Write) -> std::fmt::Result {
-    let counters: HashSet<&str> = open_metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
-        .collect();
-    for line in open_metrics.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let described = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
-            let rest = line.strip_prefix(p)?;
-            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-            counters.contains(name).then_some((p, name, tail))
-        });
-        match described {
-            Some((p, name, tail)) => writeln!(out, "{p}{name}_total {tail}")?,
-            None => writeln!(out, "{line}")?,
-        }
+/// A server's scrape, appended to `out` in `format`: the region's metrics,
+/// or `edgemark_region_ok 0` alone when there is no region (`None`: its
+/// file is gone, say) or it could not be read, then `counters`.
+///
+/// Errors: why the region was not read (the text says
+/// `edgemark_region_ok 0`): its file failed [`Recorder::check`] before the
+/// reads or after them, or a read found it shrunk. A server may attach the
+/// file again and render anew. No region is no error.
+///
+/// ```
+/// use edgemark::export::{self, Format, ServerCounter};
+/// let served = [ServerCounter::new("my_reloads", "Times the file was attached again", 2)];
+/// let mut text = String::new();
+/// export::render_with(None, &served, Format::Text, &mut text)?;
+/// assert!(text.contains("edgemark_region_ok 0\n"));
+/// assert!(text.contains("# TYPE my_reloads_total counter\nmy_reloads_total 2\n"));
+/// # Ok::<(), edgemark::AttachError>(())
+/// ```
+pub fn render_with(
+    recorder: Option<&Recorder>,
+    counters: &[ServerCounter],
+    format: Format,
+    out: &mut String,
+) -> Result<(), AttachError> {
+    let read = recorder.map(Read::take).transpose();
+    let (read, err) = match read {
+        Ok(read) => (read, None),
+        Err(e) => (None, Some(e)),
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(ScrapeCollector {
+        read,
+        counters: counters.to_vec(),
+        format,
+    }));
+    // Writing into a String cannot fail.
+    let _ = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(out, &registry),
+        Format::Text => prometheus_client::encoding::text::encode_registry(out, &registry),
+    };
+    err.map_or(Ok(()), Err)
+}
+
+/// What one scrape read of a region: everything it shows, read before any
+/// of it is encoded.
+#[derive(Debug)]
+struct Read {
+    hists: Vec<EdgeHistogram>,
+    open: i64,
+    counters: Counters,
+    slots: i64,
+}
+
+impl Read {
+    /// Reads the region. A region whose file was shrunk, before or while it
+    /// is read (`docs/design.md`, "A file shrunk under a mapping"), is not
+    /// read: two `fstat`s per scrape, the check before and the one after;
+    /// the reads between fail on a page lost while they run.
+    fn take(rec: &Recorder) -> Result<Read, AttachError> {
+        rec.check()?;
+        let hists = rec.histograms_checked()?;
+        let open = rec.open_requests_checked()?.len() as i64;
+        let counters = rec.counters();
+        rec.check()?;
+        Ok(Read {
+            hists,
+            open,
+            counters,
+            slots: rec.info().map_or(0, |i| i64::from(i.slots)),
+        })
     }
-    Ok(())
 }
 
 #[derive(Debug)]
-struct RegionCollector(Recorder);
+struct ScrapeCollector {
+    /// `None`: shows `edgemark_region_ok 0` alone.
+    read: Option<Read>,
+    counters: Vec<ServerCounter>,
+    format: Format,
+}
 
-impl Collector for RegionCollector {
+impl Collector for ScrapeCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let rec = &self.0;
-        // Everything the scrape shows is read first: a region whose file was
-        // shrunk, before or while it is read (`docs/design.md`, "A file
-        // shrunk under a mapping"), shows nothing but `edgemark_region_ok 0`.
-        // Two `fstat`s per scrape: the check before and the one after; the
-        // reads between fail on a page lost while they run.
-        let read = rec.check().and_then(|()| {
-            let hists = rec.histograms_checked()?;
-            let open = rec.open_requests_checked()?.len() as i64;
-            let counters = rec.counters();
-            rec.check().map(|()| (hists, open, counters))
-        });
-        let ok = read.is_ok();
-        let g = ConstGauge::new(i64::from(ok));
-        g.encode(enc.encode_descriptor(
+        let format = self.format;
+        let gauge = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64| {
+            let g = ConstGauge::new(v);
+            let (family, unit) = format.family(name, Kind::Gauge);
+            g.encode(enc.encode_descriptor(&family, help, unit, g.metric_type())?)
+        };
+        let counter = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64| {
+            let (family, unit) = format.family(name, Kind::Counter);
+            format.counter_sample(
+                enc.encode_descriptor(&family, help, unit, MetricType::Counter)?,
+                v,
+            )
+        };
+        gauge(
+            &mut enc,
             "edgemark_region_ok",
             "1 if the region file has its full length and was read, 0 if not",
-            None,
-            g.metric_type(),
-        )?)?;
-        let Ok((hists, open, c)) = read else {
-            return Ok(());
-        };
+            i64::from(self.read.is_some()),
+        )?;
+        if let Some(read) = &self.read {
+            read.encode(&mut enc, format)?;
+            let c = &read.counters;
+            counter(
+                &mut enc,
+                "edgemark_closed_requests",
+                "Requests closed",
+                c.closed_requests,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_reclaimed_requests",
+                "Requests of dead owners freed by a reclaim",
+                c.reclaimed_requests,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_dropped_segments",
+                "Segments that left a request's window of kept segments",
+                c.dropped_segments,
+            )?;
+            gauge(
+                &mut enc,
+                "edgemark_open_requests",
+                "Requests open now",
+                read.open,
+            )?;
+            gauge(
+                &mut enc,
+                "edgemark_free_slots",
+                "Slots free now",
+                read.slots - read.open,
+            )?;
+        }
+        for c in &self.counters {
+            counter(&mut enc, c.name, c.help, c.value)?;
+        }
+        Ok(())
+    }
+}
+
+impl Read {
+    /// The histogram and refusal families.
+    fn encode(&self, enc: &mut DescriptorEncoder<'_>, format: Format) -> std::fmt::Result {
         {
+            let (family, unit) = format.family("edgemark_boundary_elapsed", Kind::Seconds);
             let mut family = enc.encode_descriptor(
-                "edgemark_boundary_elapsed",
+                &family,
                 "Elapsed time from request start to each first event, over closed requests",
-                Some(&Unit::Seconds),
+                unit,
                 MetricType::Histogram,
             )?;
-            for h in hists.iter().filter(|h| h.delta.is_none()) {
+            for h in self.hists.iter().filter(|h| h.delta.is_none()) {
                 let labels = [("edge", h.edge.to_string()), ("event", h.metric.clone())];
                 let m = family.encode_family(&labels)?;
                 encode_histogram(m, &h.histogram)?;
             }
         }
         {
+            let (family, unit) = format.family("edgemark_delta", Kind::Seconds);
             let mut family = enc.encode_descriptor(
-                "edgemark_delta",
+                &family,
                 "Time between consecutive first events of one edge segment, over closed requests",
-                Some(&Unit::Seconds),
+                unit,
                 MetricType::Histogram,
             )?;
-            for h in &hists {
+            for h in &self.hists {
                 let Some((from, to)) = &h.delta else { continue };
                 let labels = [
                     ("edge", h.edge.to_string()),
@@ -185,65 +331,22 @@ impl Collector for RegionCollector {
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        {
-            let mut family = enc.encode_descriptor(
-                "edgemark_refused_records",
-                "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
-                None,
-                MetricType::Counter,
-            )?;
-            for (o, n) in &c.refused {
-                let labels = [("reason", o.name())];
-                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
-            }
+        let (family, unit) = format.family("edgemark_refused_records", Kind::Counter);
+        let mut family = enc.encode_descriptor(
+            &family,
+            "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
+            unit,
+            MetricType::Counter,
+        )?;
+        for (o, n) in &self.counters.refused {
+            let labels = [("reason", o.name())];
+            format.counter_sample(family.encode_family(&labels)?, *n)?;
         }
-        let counter = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64| {
-            let c = ConstCounter::new(v);
-            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
-        };
-        counter(
-            &mut enc,
-            "edgemark_closed_requests",
-            "Requests closed",
-            c.closed_requests,
-        )?;
-        counter(
-            &mut enc,
-            "edgemark_reclaimed_requests",
-            "Requests of dead owners freed by a reclaim",
-            c.reclaimed_requests,
-        )?;
-        counter(
-            &mut enc,
-            "edgemark_dropped_segments",
-            "Segments that left a request's window of kept segments",
-            c.dropped_segments,
-        )?;
-        let slots = rec.info().map_or(0, |i| i64::from(i.slots));
-        let gauge = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64| {
-            let g = ConstGauge::new(v);
-            g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
-        };
-        gauge(
-            &mut enc,
-            "edgemark_open_requests",
-            "Requests open now",
-            open,
-        )?;
-        gauge(
-            &mut enc,
-            "edgemark_free_slots",
-            "Slots free now",
-            slots - open,
-        )?;
         Ok(())
     }
 }
 
-fn encode_histogram(
-    mut m: prometheus_client::encoding::MetricEncoder<'_>,
-    h: &crate::Histogram,
-) -> Result<(), std::fmt::Error> {
+fn encode_histogram(mut m: MetricEncoder<'_>, h: &crate::Histogram) -> Result<(), std::fmt::Error> {
     // prometheus-client takes each bucket's own count and accumulates. The
     // region keeps milliseconds; Prometheus names seconds.
     let buckets: Vec<(f64, u64)> = crate::BUCKETS_MS
@@ -258,4 +361,90 @@ fn encode_histogram(
         &buckets,
         None,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Edge, Event, Mark};
+
+    /// The lines of `text` that are not comments: the samples.
+    fn samples(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[test]
+    fn the_two_formats_differ_only_in_family_names_units_and_eof() {
+        let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+        let t = rec.begin().unwrap();
+        let emit = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit);
+        rec.record_elapsed(t, emit, 3.0, "host_monotonic");
+        rec.record(t, emit.segment(2));
+        rec.close(t);
+        let served = [ServerCounter::new("my_reloads", "Reloads", 7)];
+        let (mut om, mut text) = (String::new(), String::new());
+        render_with(Some(&rec), &served, Format::OpenMetrics, &mut om).unwrap();
+        render_with(Some(&rec), &served, Format::Text, &mut text).unwrap();
+        assert_eq!(samples(&om), samples(&text));
+        assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));
+        assert!(om.contains("# UNIT edgemark_delta_seconds seconds\n"));
+        assert!(!text.contains("# UNIT"));
+        for (om_family, text_family) in [
+            (
+                "edgemark_refused_records counter",
+                "edgemark_refused_records_total counter",
+            ),
+            ("my_reloads counter", "my_reloads_total counter"),
+            (
+                "edgemark_delta_seconds histogram",
+                "edgemark_delta_seconds histogram",
+            ),
+            (
+                "edgemark_open_requests gauge",
+                "edgemark_open_requests gauge",
+            ),
+        ] {
+            assert!(om.contains(&format!("# TYPE {om_family}\n")), "{om_family}");
+            assert!(
+                text.contains(&format!("# TYPE {text_family}\n")),
+                "{text_family}"
+            );
+        }
+        assert!(text.contains("my_reloads_total 7\n"));
+        assert!(
+            text.contains("edgemark_refused_records_total{reason=\"segment_not_started\"} 1\n")
+        );
+        // The server's counters come last, before the end of an OpenMetrics text.
+        assert!(om.ends_with("my_reloads_total 7\n# EOF\n"));
+    }
+
+    #[test]
+    fn a_shrunk_file_is_not_read_and_the_scrape_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.region");
+        let rec = Recorder::builder().edge(0, 1).create(&path).unwrap();
+        let served = [ServerCounter::new("my_reloads", "Reloads", 1)];
+        let mut whole = String::new();
+        assert!(render_with(Some(&rec), &served, Format::Text, &mut whole).is_ok());
+        assert!(whole.contains("edgemark_region_ok 1\n"));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let mut text = String::new();
+        let read = render_with(Some(&rec), &served, Format::Text, &mut text);
+        assert!(matches!(read, Err(AttachError::Length { .. })), "{read:?}");
+        assert!(text.contains("edgemark_region_ok 0\n"));
+        assert!(!text.contains("edgemark_open_requests"));
+        assert!(text.contains("my_reloads_total 1\n"));
+        // No region at all is no error.
+        let mut none = String::new();
+        assert!(render_with(None, &served, Format::OpenMetrics, &mut none).is_ok());
+        assert_eq!(
+            samples(&none),
+            ["edgemark_region_ok 0", "my_reloads_total 1"]
+        );
+    }
 }

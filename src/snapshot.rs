@@ -50,6 +50,27 @@ impl Observed {
     pub fn elapsed_ms(&self) -> f64 {
         self.elapsed_us as f64 / 1000.0
     }
+
+    /// Milliseconds from this value to `end`, only when both were measured
+    /// in the same clock domain (hence from the same origin) and `end` is
+    /// not before this one; otherwise `None`. The rule of
+    /// [`EdgeSegment::elapsed_between`], for values read elsewhere (a
+    /// snapshot's JSON form, say).
+    ///
+    /// ```
+    /// use edgemark::{DomainId, Observed};
+    /// let at = |us, d| Observed { elapsed_us: us, domain: DomainId(d) };
+    /// assert_eq!(at(1_500, 0).until(at(4_000, 0)), Some(2.5));
+    /// assert_eq!(at(4_000, 0).until(at(1_500, 0)), None);
+    /// assert_eq!(at(1_500, 0).until(at(4_000, 1)), None);
+    /// ```
+    #[inline]
+    pub fn until(&self, end: Observed) -> Option<f64> {
+        if self.domain != end.domain || end.elapsed_us < self.elapsed_us {
+            return None;
+        }
+        Some((end.elapsed_us - self.elapsed_us) as f64 / 1000.0)
+    }
 }
 
 /// The first events of one segment of one directed edge of one request.
@@ -143,11 +164,7 @@ impl EdgeSegment {
         start: impl Into<EventId>,
         end: impl Into<EventId>,
     ) -> Option<f64> {
-        let (a, b) = (self.get(start)?, self.get(end)?);
-        if a.domain != b.domain || b.elapsed_us < a.elapsed_us {
-            return None;
-        }
-        Some((b.elapsed_us - a.elapsed_us) as f64 / 1000.0)
+        self.get(start)?.until(self.get(end)?)
     }
 }
 

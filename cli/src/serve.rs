@@ -14,9 +14,11 @@
 //! the answers cannot hold every place while a scraper waits.
 //!
 //! Before each scrape the [`Source`] checks that the file at the region's
-//! path is still the one attached (its device and inode); a replaced file
-//! is attached anew, and a missing or unreadable one is served as
-//! `edgemark_region_ok 0`.
+//! path is still the one attached (its device and inode: one `stat`); a
+//! replaced file is attached anew, and a missing or unreadable one is served
+//! as `edgemark_region_ok 0`. The scrape itself checks the file's length
+//! before and after its reads ([`export::render_with`]: two `fstat`s); a
+//! file found shrunk under its mapping is attached again once it is whole.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,7 +31,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use edgemark::export::{self, Format};
+use edgemark::export::{self, Format, ServerCounter};
 use edgemark::{AttachError, Recorder};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -128,13 +130,8 @@ impl Source {
             }
         };
         match &*shown {
-            Shown::Region(rec, id) if *id == Some(now) => {
-                if matches!(rec.check(), Err(AttachError::Shrunk))
-                    && let Ok(again) = (self.reopen)()
-                {
-                    *shown = Shown::Region(again, Some(now));
-                }
-            }
+            // The same file: the scrape checks its length ([`Source::render`]).
+            Shown::Region(_, id) if *id == Some(now) => {}
             _ => {
                 // Another file (or the first one since the path emptied).
                 let old = match &*shown {
@@ -172,38 +169,48 @@ impl Source {
         }
     }
 
+    /// The region attached again from the same file, in place of one whose
+    /// mapping lost a page (a faulted mapping stays faulted), if the file is
+    /// whole again.
+    fn reattach(&self) -> Option<Recorder> {
+        let again = (self.reopen)().ok()?;
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let Shown::Region(rec, _) = &mut *shown else {
+            return None;
+        };
+        *rec = again.clone();
+        Some(again)
+    }
+
     /// The metrics text now: the region's, or `edgemark_region_ok 0` when
-    /// there is none, then the count of replacements.
+    /// there is none, then the count of replacements. A region whose file
+    /// was found shrunk under its mapping is attached again once the file
+    /// is whole, and read from the new mapping.
     fn render(&self, format: Format) -> String {
-        let mut body = match self.current() {
-            Some(rec) => export::render(&rec, format),
-            None => {
-                let mut b = String::from(
-                    "# HELP edgemark_region_ok 1 if the region file has its full length and was read, 0 if not\n\
-                     # TYPE edgemark_region_ok gauge\n\
-                     edgemark_region_ok 0\n",
-                );
-                if format == Format::OpenMetrics {
-                    b.push_str("# EOF\n");
-                }
-                b
-            }
-        };
+        // First: it counts a replacement it finds.
+        let rec = self.current();
         let replaced = *self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-        let help = "Times the exporter found another file at its region's path and attached it";
-        let family = match format {
-            Format::OpenMetrics => "edgemark_region_replaced",
-            Format::Text => "edgemark_region_replaced_total",
-        };
-        let mut lines = format!(
-            "# HELP {family} {help}\n# TYPE {family} counter\nedgemark_region_replaced_total {replaced}\n"
-        );
-        if let Some(otlp) = &self.otlp {
-            lines.push_str(&otlp.render(format));
+        let served = [ServerCounter::new(
+            "edgemark_region_replaced",
+            "Times the exporter found another file at its region's path and attached it",
+            replaced,
+        )];
+        let mut body = String::new();
+        let read = export::render_with(rec.as_ref(), &served, format, &mut body);
+        if matches!(read, Err(AttachError::Shrunk))
+            && let Some(again) = self.reattach()
+        {
+            body.clear();
+            // What this read finds is in the text.
+            let _ = export::render_with(Some(&again), &served, format, &mut body);
         }
-        match body.strip_suffix("# EOF\n").map(str::len) {
-            Some(at) => body.insert_str(at, &lines),
-            None => body.push_str(&lines),
+        if let Some(otlp) = &self.otlp {
+            // The OTLP exporter's counters, before OpenMetrics' end.
+            let lines = otlp.render(format);
+            match body.strip_suffix("# EOF\n").map(str::len) {
+                Some(at) => body.insert_str(at, &lines),
+                None => body.push_str(&lines),
+            }
         }
         body
     }
@@ -560,4 +567,35 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapping_that_lost_a_page_is_attached_again_once_the_file_is_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.region");
+        let rec = Recorder::builder().edge(0, 1).create(&path).unwrap();
+        let t = rec.begin().unwrap();
+        rec.close(t);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        // Shrunk under the mapping, and a read of a lost page: the mapping
+        // is faulted for good.
+        file.set_len(4096).unwrap();
+        let _ = rec.snapshot(t);
+        assert!(matches!(rec.check(), Err(AttachError::Shrunk)));
+        file.set_len(len).unwrap();
+        let again = path.clone();
+        let source = Source::new(rec, path, move || Ok(Recorder::attach(&again)?));
+        let body = source.render(Format::Text);
+        assert!(body.contains("edgemark_region_ok 1\n"), "{body}");
+        // The same file, attached again: not a replacement.
+        assert!(
+            body.contains("edgemark_region_replaced_total 0\n"),
+            "{body}"
+        );
+    }
 }

@@ -35,7 +35,7 @@ one edge and event of a request resolves them once::
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Union
 
 from ._edgemark import (
     EVENT_NAMES,
@@ -48,8 +48,10 @@ from ._edgemark import (
     RegionNoSpaceError,
     RegionShrunkError,
     Token,
+    _OUTCOMES,
     __version__,
     default_dir,
+    elapsed_between,
     monotonic_ns,
 )
 
@@ -75,119 +77,60 @@ __all__ = [
 ]
 
 
-class Event(enum.IntEnum):
-    """The four stream-edge events of the default schema, in schema order.
+class _Event(enum.IntEnum):
+    """The four stream-edge events of the default schema, in schema order:
+    made at import from the core's table (``EVENT_NAMES``), one member per
+    event, named as the event in capitals, valued by its position.
 
     A member is an ``int`` (its schema position), so passing it to
     ``Region.record`` costs nothing to convert; ``str(event)`` and
     ``event.event_name`` give the name snapshots use
     (``"producer_first_nonempty_emit"``), and ``event.key`` the snapshot
-    field (``"producer_first_nonempty_emit_ms"``).
+    field (``"producer_first_nonempty_emit_ms"``). What each event means is
+    documented with the core's ``edgemark::Event``.
     """
-
-    #: Producer stage: the first meaningful payload for the edge is ready.
-    PRODUCER_FIRST_NONEMPTY_EMIT = 0
-    #: Producer side, connector send thread: the put of the first payload
-    #: committed.
-    EDGE_FIRST_SEND_COMPLETE = 1
-    #: Consumer stage, receive thread: the first payload was decoded and
-    #: admitted.
-    CONSUMER_FIRST_ACCEPT = 2
-    #: Consumer stage: the first non-empty output.
-    CONSUMER_FIRST_NONEMPTY_OUTPUT = 3
 
     @property
     def event_name(self) -> str:
         """The event's name as snapshots show it."""
-        return self.name.lower()
+        return EVENT_NAMES[self.value]
 
     @property
     def key(self) -> str:
         """The event's field in a snapshot's edge object (``<name>_ms``)."""
-        return self.name.lower() + "_ms"
+        return self.event_name + "_ms"
 
     @classmethod
     def from_name(cls, name: str) -> "Event":
         """The event called ``name``; ``ValueError`` if there is none."""
         try:
-            return cls[name.upper()]
-        except KeyError:
+            return cls(EVENT_NAMES.index(name))
+        except ValueError:
             raise ValueError(
                 f"unknown event {name!r}; the events are {', '.join(EVENT_NAMES)}"
             ) from None
 
     def __str__(self) -> str:
-        return self.name.lower()
+        return self.event_name
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
 
 
-class Outcome(str, enum.Enum):
-    """What a recording call did. Members are strings and compare equal to
-    the names ``Region.record_outcome`` returns.
+class _Outcome(str, enum.Enum):
+    """What a recording call did: made at import from the core's table of
+    outcomes (``OUTCOME_NAMES``, in its order), one member per outcome,
+    named as the outcome in capitals. Members are strings and compare equal
+    to the names ``Region.record_outcome`` returns. What each outcome means
+    is documented with the core's ``edgemark::Outcome``.
 
     Only ``RECORDED`` and ``STARTED`` mean that state changed.
     """
 
-    #: The first write of this event for this request, edge and segment.
-    RECORDED = "recorded"
-    #: ``start_segment`` started the segment.
-    STARTED = "started"
-    #: An earlier write of the same event, edge and segment won.
-    DUPLICATE = "duplicate"
-    #: The payload was not meaningful: nothing was written.
-    NOT_MEANINGFUL = "not_meaningful"
-    #: The segment was retired by a newer one (or, for ``start_segment``, is
-    #: not newer than the current one).
-    STALE_SEGMENT = "stale_segment"
-    #: The segment has not been started on this edge.
-    SEGMENT_NOT_STARTED = "segment_not_started"
-    #: The request is closed.
-    CLOSED = "closed"
-    #: The token's slot now holds a newer request.
-    REUSED = "reused"
-    #: This process does not share the region's clock, or the event is
-    #: declared in another clock domain.
-    CLOCK_MISMATCH = "clock_mismatch"
-    #: A negative, infinite or NaN elapsed time, or a value that is no token.
-    INVALID = "invalid"
-    #: An elapsed time or chunk sequence beyond what a cell holds, or too many
-    #: segments started on one edge.
-    OUT_OF_RANGE = "out_of_range"
-    #: The edge is not declared in the region.
-    UNKNOWN_EDGE = "unknown_edge"
-    #: The event is not in the region's schema.
-    UNKNOWN_EVENT = "unknown_event"
-    #: The clock-domain name cannot name a domain (empty or blank, over 32
-    #: bytes, or with a control or invisible format character such as a
-    #: bidirectional control); any other name is registered on
-    #: first use.
-    UNKNOWN_DOMAIN = "unknown_domain"
-    #: The token belongs to another region.
-    FOREIGN_TOKEN = "foreign_token"
-    #: ``begin`` found no free slot.
-    REGION_FULL = "region_full"
-    #: Another control operation held the request's slot for too long.
-    BUSY = "busy"
-    #: A word of the slot holds bits edgemark never writes.
-    CORRUPT = "corrupt"
-    #: Recording is off: the region is disabled, or the token is ``None``.
-    DISABLED = "disabled"
-    #: The region's clock-domain table is full (32 domains, declared and
-    #: registered together), so a new domain name could not be registered.
-    DOMAIN_TABLE_FULL = "domain_table_full"
-    #: The region was attached read-only: this handle does not write it.
-    READ_ONLY = "read_only"
-    #: This process's mapping of the region lost a page (the file was
-    #: truncated under it, or a sparse region's file system was full):
-    #: ``begin``, ``start_segment`` and ``close`` refuse; attach again.
-    FAULTED = "faulted"
-
     @property
     def is_success(self) -> bool:
         """Whether the call changed state."""
-        return self in (Outcome.RECORDED, Outcome.STARTED)
+        return self in _SUCCESS
 
     def __str__(self) -> str:
         return self.value
@@ -196,49 +139,25 @@ class Outcome(str, enum.Enum):
         return format(self.value, spec)
 
 
+def _enum(base: Any, name: str, members: Any) -> Any:
+    """A subclass of ``base`` named ``edgemark.<name>`` with ``members``
+    (``(NAME, value)`` pairs): it pickles and prints as if it were declared
+    here."""
+    made = base(name, members, module=__name__, qualname=name)
+    made.__doc__ = base.__doc__
+    return made
+
+
+#: The stream-edge events, from the core's ``Event::ALL``.
+Event = _enum(_Event, "Event", [(n.upper(), i) for i, n in enumerate(EVENT_NAMES)])
+#: The outcomes, from the core's ``Outcome::ALL``.
+Outcome = _enum(_Outcome, "Outcome", [(n.upper(), n) for n, _ in _OUTCOMES])
+_SUCCESS = frozenset(Outcome(n) for n, ok in _OUTCOMES if ok)
+
+
 #: What the recording calls accept as a token: a ``Token``, its text, bytes
 #: (``bytes``, ``bytearray`` or ``memoryview``) or integer, or ``None`` (the
 #: request runs unrecorded).
 TokenLike = Union[Token, str, bytes, bytearray, memoryview, int, None]
 #: What the recording calls accept as an event: an ``Event`` or its name.
 EventLike = Union[Event, str]
-
-
-def _event_name(event: Union[Event, str, int]) -> str:
-    if isinstance(event, Event):
-        return event.name.lower()
-    if isinstance(event, str):
-        return event
-    if isinstance(event, int):
-        return Event(event).name.lower()
-    raise TypeError(f"an event is an edgemark.Event or its name, not {type(event).__name__}")
-
-
-def elapsed_between(
-    segment: Optional[Mapping[str, Any]],
-    start_event: EventLike,
-    end_event: EventLike,
-) -> Optional[float]:
-    """Milliseconds from ``start_event`` to ``end_event`` in one edge segment
-    of a snapshot (the dict under a key such as ``"0->1:0"``).
-
-    ``None`` unless both events were recorded, in the same clock domain
-    (hence from the same origin), and the end is not before the start. The
-    difference is taken in whole microseconds, as the core stores them, so
-    it equals the core's ``elapsed_between`` exactly. ``segment`` may be
-    ``None`` (``snapshot.get("0->1:0")`` of an edge with no event yet).
-    """
-    if not segment:
-        return None
-    a, b = _event_name(start_event), _event_name(end_event)
-    va, vb = segment.get(a + "_ms"), segment.get(b + "_ms")
-    if va is None or vb is None:
-        return None
-    domains = segment.get("clock_domains") or {}
-    da, db = domains.get(a), domains.get(b)
-    if da is None or da != db:
-        return None
-    ua, ub = round(va * 1000), round(vb * 1000)
-    if ub < ua:
-        return None
-    return (ub - ua) / 1000

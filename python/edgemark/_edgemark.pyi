@@ -2,7 +2,7 @@
 ``edgemark``)."""
 
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 from . import Event
 
@@ -18,6 +18,8 @@ HOST_MONOTONIC: str
 MAX_ELAPSED_MS: float
 MAX_CHUNK_SEQ: int
 OUTCOME_NAMES: Tuple[str, ...]
+#: ``(name, is_success)`` of every outcome, in the core's order.
+_OUTCOMES: Tuple[Tuple[str, bool], ...]
 EVENT_NAMES: Tuple[str, ...]
 __version__: str
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "Token",
     "default_dir",
     "monotonic_ns",
+    "elapsed_between",
     "HOST_MONOTONIC",
     "MAX_ELAPSED_MS",
     "MAX_CHUNK_SEQ",
@@ -39,6 +42,15 @@ def default_dir() -> str:
 
 def monotonic_ns() -> int:
     """``CLOCK_MONOTONIC`` now, in nanoseconds: the shared clock ``record`` reads."""
+
+def elapsed_between(
+    segment: Optional[Mapping[str, Any]],
+    start_event: Union[_EventLike, str],
+    end_event: Union[_EventLike, str],
+) -> Optional[float]:
+    """Milliseconds from ``start_event`` to ``end_event`` in one edge segment
+    of a snapshot; ``None`` unless both were recorded, in one clock domain,
+    in order (the core's rule)."""
 
 @final
 class Token:

@@ -3,7 +3,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use edgemark::Outcome;
+use edgemark::{Outcome, HOST_MONOTONIC};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -230,4 +230,33 @@ pub(crate) fn path_arg(path: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
         )));
     }
     Ok(path)
+}
+
+/// When a record's value was taken.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum When<'a> {
+    /// Now, on the region's shared clock.
+    Now,
+    /// Measured elsewhere: milliseconds from the request's origin in a
+    /// clock domain.
+    Elapsed(f64, &'a str),
+}
+
+/// The `elapsed_ms` and `clock_domain` arguments of a record. Without
+/// `elapsed_ms` the record reads the shared clock, so a `clock_domain` can
+/// only name that clock; with it, the domain is the shared clock unless
+/// named. `Err`: the message of the argument error. What the value and
+/// the name may be is the core's to say (`Recorder::record_elapsed`).
+pub(crate) fn when(
+    elapsed_ms: Option<f64>,
+    clock_domain: Option<&str>,
+) -> Result<When<'_>, String> {
+    match (elapsed_ms, clock_domain) {
+        (Some(ms), d) => Ok(When::Elapsed(ms, d.unwrap_or(HOST_MONOTONIC))),
+        (None, None) => Ok(When::Now),
+        (None, Some(d)) if d == HOST_MONOTONIC => Ok(When::Now),
+        (None, Some(d)) => Err(format!(
+            "clock_domain={d:?} needs elapsed_ms: without it, the record reads the shared clock ({HOST_MONOTONIC})"
+        )),
+    }
 }

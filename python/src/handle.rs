@@ -1,12 +1,11 @@
 //! `Handle`: one edge and event of one request, resolved once by
 //! `Region.handle`, so that a record converts no argument.
 
-use edgemark::{Mark, Outcome, Token, HOST_MONOTONIC};
+use edgemark::{Mark, Outcome, Recorder, Token, HOST_MONOTONIC};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::outcome::outcome_str;
-use crate::region::PyRegion;
 use crate::token::PyToken;
 
 /// One edge and event of one request of a region, resolved once by
@@ -22,7 +21,9 @@ use crate::token::PyToken;
 /// ``False``, and ``record_outcome`` says why.
 #[pyclass(module = "edgemark", name = "Handle", frozen)]
 pub(crate) struct PyHandle {
-    region: Py<PyRegion>,
+    /// The region's recorder (a shared handle on the same mapping as the
+    /// `Region` that made this handle).
+    rec: Recorder,
     /// The request, or why its records are refused without looking (a
     /// disabled region, a `None` token or a value that is no token).
     target: Result<Token, Outcome>,
@@ -34,13 +35,13 @@ pub(crate) struct PyHandle {
 
 impl PyHandle {
     pub(crate) fn new(
-        region: &Bound<'_, PyRegion>,
+        rec: &Recorder,
         target: Result<Token, Outcome>,
         mark: Mark,
         label: String,
     ) -> PyHandle {
         PyHandle {
-            region: region.clone().unbind(),
+            rec: rec.clone(),
             target,
             mark,
             label,
@@ -49,7 +50,7 @@ impl PyHandle {
 
     fn do_record(&self) -> Outcome {
         match self.target {
-            Ok(t) => self.region.get().rec.record(t, self.mark),
+            Ok(t) => self.rec.record(t, self.mark),
             Err(why) => why,
         }
     }
@@ -57,8 +58,6 @@ impl PyHandle {
     fn do_record_elapsed(&self, elapsed_ms: f64, clock_domain: &str) -> Outcome {
         match self.target {
             Ok(t) => self
-                .region
-                .get()
                 .rec
                 .record_elapsed(t, self.mark, elapsed_ms, clock_domain),
             Err(why) => why,

@@ -4,15 +4,16 @@ use std::cell::Cell;
 
 use edgemark::{
     AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, TraceContext,
-    TraceparentError, HOST_MONOTONIC,
+    TraceparentError,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use crate::args::{chunk_arg, known_event, path_arg, u32_field, ChunkArg, Segment, Stage};
+use crate::args::{chunk_arg, path_arg, u32_field, when, ChunkArg, Segment, Stage, When};
 use crate::errors::{attach_error, create_error, sweep_error};
+use crate::events::Events;
 use crate::handle::PyHandle;
 use crate::outcome::outcome_str;
 use crate::snapshot;
@@ -42,74 +43,29 @@ thread_local! {
 #[pyclass(module = "edgemark", name = "Region", frozen)]
 pub(crate) struct PyRegion {
     pub(crate) rec: Recorder,
-    /// Event name (str) to schema position (int), looked up by the string's
-    /// cached hash: no UTF-8 conversion on the record path.
-    events: Py<PyDict>,
-    /// How many events the schema declares (0 when disabled).
-    n_events: usize,
+    /// The schema's events as arguments name them.
+    pub(crate) events: Events,
 }
 
 impl PyRegion {
     fn wrap(py: Python<'_>, rec: Recorder) -> PyResult<PyRegion> {
-        let events = PyDict::new(py);
-        if let Some(schema) = rec.schema() {
-            for (i, e) in schema.events().iter().enumerate() {
-                events.set_item(PyString::intern(py, e.name()), i)?;
-            }
-        }
         Ok(PyRegion {
-            n_events: events.len(),
+            events: Events::of(py, &rec)?,
             rec,
-            events: events.unbind(),
         })
     }
 
     /// The schema position of `event`: an `Event` (an int) or its name.
     /// An event the schema does not declare is a programmer error.
     #[inline(always)]
-    fn event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
-        // An `Event` member or a small int, by address; anything else, and
-        // a position beyond the schema (for its error), the ordinary way.
-        match known_event(event) {
-            // `n_events` is the schema's event count, which fits a `u8`.
-            Some(i) if i < self.n_events => Ok(EventId(i as u8)),
-            _ => self.any_event_id(py, event),
-        }
-    }
-
-    /// `event_id` of an event that is not known by its address.
-    #[cold]
-    fn any_event_id(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
-        let n = self.n_events;
-        if let Ok(i) = event.cast::<PyInt>() {
-            // `i64` reads the int in place (`PyLong_AsLongLong`); `usize`
-            // would first copy an `Event` member into a plain int.
-            return match i.extract::<i64>() {
-                Ok(i) if (0..n as i64).contains(&i) => Ok(EventId(i as u8)),
-                _ => Err(PyValueError::new_err(format!(
-                    "event {i} is not in the region's schema ({n} events)"
-                ))),
-            };
-        }
-        if event.cast::<PyString>().is_ok() {
-            return match self.events.bind(py).get_item(event)? {
-                Some(i) => Ok(EventId(i.extract::<u8>()?)),
-                None => Err(PyValueError::new_err(format!(
-                    "unknown event {event}; the region's events are {}",
-                    self.event_names().join(", ")
-                ))),
-            };
-        }
-        Err(PyTypeError::new_err(format!(
-            "an event is an edgemark.Event or its name, not {}",
-            event.get_type().name()?
-        )))
+    fn event_id(&self, event: &Bound<'_, PyAny>) -> PyResult<EventId> {
+        self.events
+            .resolve(event)
+            .map_err(|why| self.events.error(event, why))
     }
 
     fn event_names(&self) -> Vec<String> {
-        self.rec.schema().map_or_else(Vec::new, |s| {
-            s.events().iter().map(|e| e.name().to_owned()).collect()
-        })
+        self.events.names().to_vec()
     }
 
     /// `record` with its optional arguments at their defaults: the
@@ -117,7 +73,6 @@ impl PyRegion {
     #[inline(always)]
     fn record_now(
         &self,
-        py: Python<'_>,
         token: &Bound<'_, PyAny>,
         from_stage: u32,
         to_stage: u32,
@@ -127,7 +82,7 @@ impl PyRegion {
         if !self.rec.is_enabled() {
             return Ok(Outcome::Disabled);
         }
-        let event = self.event_id(py, event)?;
+        let event = self.event_id(event)?;
         Ok(match token_arg(token) {
             Ok(t) => self
                 .rec
@@ -139,7 +94,6 @@ impl PyRegion {
     #[allow(clippy::too_many_arguments)]
     fn do_record(
         &self,
-        py: Python<'_>,
         token: &Bound<'_, PyAny>,
         from_stage: u32,
         to_stage: u32,
@@ -154,20 +108,12 @@ impl PyRegion {
         if !self.rec.is_enabled() {
             return Ok(Outcome::Disabled);
         }
-        let event = self.event_id(py, event)?;
+        let event = self.event_id(event)?;
         let domain = match clock_domain {
             Some(d) => Some(d.to_cow()?),
             None => None,
         };
-        if elapsed_ms.is_none() {
-            if let Some(d) = &domain {
-                if d != HOST_MONOTONIC {
-                    return Err(PyValueError::new_err(format!(
-                        "clock_domain={d:?} needs elapsed_ms: without it, record reads the shared clock ({HOST_MONOTONIC})"
-                    )));
-                }
-            }
-        }
+        let when = when(elapsed_ms, domain.as_deref()).map_err(PyValueError::new_err)?;
         let token = match token_arg(token) {
             Ok(t) => t,
             Err(why) => return Ok(why),
@@ -182,14 +128,9 @@ impl PyRegion {
                 return Err(PyValueError::new_err("chunk_seq must be non-negative"))
             }
         }
-        Ok(match elapsed_ms {
-            Some(ms) => self.rec.record_elapsed(
-                token,
-                mark,
-                ms,
-                domain.as_deref().unwrap_or(HOST_MONOTONIC),
-            ),
-            None => self.rec.record(token, mark),
+        Ok(match when {
+            When::Elapsed(ms, domain) => self.rec.record_elapsed(token, mark, ms, domain),
+            When::Now => self.rec.record(token, mark),
         })
     }
 
@@ -373,15 +314,8 @@ impl PyRegion {
         sparse: bool,
         closed_entries: Option<u32>,
     ) -> PyResult<PyRegion> {
-        let clock = match clock {
-            "monotonic" => edgemark::Clock::Monotonic,
-            "counter" => edgemark::Clock::Counter,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "clock is \"monotonic\" or \"counter\", not {other:?}"
-                )))
-            }
-        };
+        // The core's own names (`Clock: FromStr`), and its message.
+        let clock: edgemark::Clock = clock.parse().map_err(PyValueError::new_err)?;
         let mut b = builder(edges, slots, segments, domains, group_access)?
             .clock(clock)
             .sparse(sparse);
@@ -547,7 +481,6 @@ impl PyRegion {
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
-        py: Python<'_>,
         token: &Bound<'_, PyAny>,
         from_stage: Stage,
         to_stage: Stage,
@@ -564,7 +497,7 @@ impl PyRegion {
             // a cell's range is (the event is still checked first).
             (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
                 let o = if self.rec.is_enabled() {
-                    self.event_id(py, event)?;
+                    self.event_id(event)?;
                     why
                 } else {
                     Outcome::Disabled
@@ -579,10 +512,9 @@ impl PyRegion {
             && elapsed_ms.is_none()
             && clock_domain.is_none();
         let o = if defaults {
-            self.record_now(py, token, from, to, event)?
+            self.record_now(token, from, to, event)?
         } else {
             self.do_record(
-                py,
                 token,
                 from,
                 to,
@@ -623,7 +555,7 @@ impl PyRegion {
             if let (Ok(Stage(Ok(from))), Ok(Stage(Ok(to)))) =
                 (from.extract::<Stage>(), to.extract::<Stage>())
             {
-                let o = slf.get().record_now(py, &token, from, to, &event)?;
+                let o = slf.get().record_now(&token, from, to, &event)?;
                 return Ok(outcome_str(py, o));
             }
         }
@@ -683,13 +615,13 @@ impl PyRegion {
         if !me.rec.is_enabled() {
             let mark = Mark::new(edge, EventId(0));
             return Ok(PyHandle::new(
-                slf,
+                &me.rec,
                 Err(Outcome::Disabled),
                 mark,
                 label(&event.to_string()),
             ));
         }
-        let id = me.event_id(slf.py(), event)?;
+        let id = me.event_id(event)?;
         let mut mark = Mark::new(edge, id).segment(segment);
         match chunk_arg(chunk_seq)? {
             ChunkArg::Absent => {}
@@ -703,7 +635,7 @@ impl PyRegion {
             Some(why) => Err(why),
             None => token_arg(token),
         };
-        Ok(PyHandle::new(slf, target, mark, label(name)))
+        Ok(PyHandle::new(&me.rec, target, mark, label(name)))
     }
 
     /// Starts segment ``segment`` on the edge ``from_stage -> to_stage`` of
@@ -870,13 +802,7 @@ impl PyRegion {
         d.set_item("events", self.event_names())?;
         d.set_item("domains", self.domains())?;
         d.set_item("shares_clock", i.shares_clock)?;
-        d.set_item(
-            "clock",
-            match i.clock_kind {
-                edgemark::Clock::Counter => "counter",
-                _ => "monotonic",
-            },
-        )?;
+        d.set_item("clock", i.clock_kind.name())?;
         d.set_item("created_unix_ns", i.created_unix_ns)?;
         d.set_item("creator_pid", i.creator_pid)?;
         d.set_item("group_access", i.group_access)?;
@@ -927,9 +853,10 @@ impl PyRegion {
     fn register_domain(&self, name: &str) -> PyResult<Option<u8>> {
         match self.rec.register_domain(name) {
             Ok(d) => Ok(Some(d.0)),
-            Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(format!(
-                "{name:?} cannot name a clock domain: 1 to 32 bytes, not blank, no control or invisible format characters"
-            ))),
+            // The core's words for its rule of names.
+            Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(
+                edgemark::SchemaError::BadName(name.to_owned()).to_string(),
+            )),
             Err(_) => Ok(None),
         }
     }

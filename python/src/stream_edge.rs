@@ -5,18 +5,21 @@
 //! It keeps the upstream module's contract rather than the plain binding's:
 //! an empty payload, a closed request and a stale segment return `False`
 //! before any argument is looked at; on an open request an unknown event, a
-//! negative or non-finite elapsed time, a blank clock domain and a negative
-//! chunk sequence raise `ValueError` (upstream's messages), and leave no
-//! state. Every other refusal of the core (duplicate, stale, closed, full
-//! region, unknown edge or domain, ...) is `False`.
+//! negative or non-finite elapsed time, a clock domain that is no name
+//! (blank, say) and a negative chunk sequence raise `ValueError`
+//! (upstream's messages), and leave no value recorded. The core decides
+//! which elapsed times and names it takes (its `invalid` and
+//! `unknown_domain` refusals are what raise); every other refusal of the
+//! core (duplicate, stale, closed, full region, unknown edge, ...) is
+//! `False`.
 
-use edgemark::{Edge, EventId, Mark, Outcome, Recorder, RequestState, Token, HOST_MONOTONIC};
+use edgemark::{Edge, EventId, Mark, Outcome, Recorder, RequestState, SchemaError, Token};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyString};
+use pyo3::types::PyString;
 
-use crate::args::{chunk_arg, ChunkArg};
+use crate::args::{chunk_arg, when, ChunkArg, When};
 use crate::region::PyRegion;
 use crate::token::{token_arg, PyToken};
 
@@ -68,23 +71,14 @@ pub(crate) struct PyStreamEdgeRecorder {
     key: Py<PyAny>,
 }
 
-/// The schema position of `event`: a ``StreamEdgeEvent`` or its value (a
-/// ``str``), or an ``edgemark.Event`` (an ``int``).
-fn event_id(rec: &Recorder, event: &Bound<'_, PyAny>) -> Option<EventId> {
-    if let Ok(s) = event.cast::<PyString>() {
-        return rec.event(s.to_str().ok()?);
-    }
-    if let Ok(i) = event.cast::<PyInt>() {
-        let i: u8 = i.extract().ok()?;
-        let n = rec.schema()?.events().len();
-        return (usize::from(i) < n).then_some(EventId(i));
-    }
-    None
-}
-
 impl Target {
     fn rec(&self) -> &Recorder {
         &self.region.get().rec
+    }
+
+    /// The schema position `event` names, through the region's resolver.
+    fn event_id(&self, event: &Bound<'_, PyAny>) -> Option<EventId> {
+        self.region.get().events.resolve(event).ok()
     }
 
     /// A bad argument: `ValueError` if the request is open, as upstream
@@ -125,20 +119,13 @@ impl PyStreamEdgeRecorder {
             .iter()
             .position(|m| event.is(m))
             .map(|i| t.members[i]);
-        let Some(event) = member.unwrap_or_else(|| event_id(rec, event)) else {
+        let Some(event) = member.unwrap_or_else(|| t.event_id(event)) else {
             return t.refuse(|| format!("Unknown stream-edge event {event}"));
         };
         let ms = match elapsed_ms {
             Some(v) => Some(v.extract::<f64>()?),
             None => None,
         };
-        if let Some(ms) = ms {
-            if !(ms.is_finite() && ms >= 0.0) {
-                return t.refuse(|| {
-                    format!("Event elapsed time must be finite and non-negative, not {ms}")
-                });
-            }
-        }
         let domain = match clock_domain {
             Some(d) => Some(
                 d.cast::<PyString>()
@@ -147,22 +134,14 @@ impl PyStreamEdgeRecorder {
             ),
             None => None,
         };
-        match (ms, domain) {
-            (_, Some(d)) if d.trim().is_empty() => {
-                return t.refuse(|| "Event clock domain must be declared (a non-blank name)".into())
-            }
-            (Some(_), None) => {
-                return t.refuse(|| "Event clock domain must be declared with elapsed_ms".into())
-            }
-            (None, Some(d)) if d != HOST_MONOTONIC => {
-                return t.refuse(|| {
-                    format!(
-                        "clock_domain={d:?} needs elapsed_ms: without it the record reads the shared clock ({HOST_MONOTONIC})"
-                    )
-                })
-            }
-            _ => {}
+        // Upstream's rule: a value measured elsewhere names its domain.
+        if ms.is_some() && domain.is_none() {
+            return t.refuse(|| "Event clock domain must be declared with elapsed_ms".into());
         }
+        let when = match when(ms, domain) {
+            Ok(w) => w,
+            Err(msg) => return t.refuse(|| msg),
+        };
         let chunk = match chunk_arg(chunk_seq)? {
             ChunkArg::Absent => None,
             ChunkArg::Seq(c) => Some(c),
@@ -172,10 +151,21 @@ impl PyStreamEdgeRecorder {
         if let Some(c) = chunk {
             mark = mark.chunk_seq(c);
         }
-        Ok(match (ms, domain) {
-            (Some(ms), Some(d)) => rec.record_elapsed(t.token, mark, ms, d),
-            _ => rec.record(t.token, mark),
-        })
+        match when {
+            When::Now => Ok(rec.record(t.token, mark)),
+            // The two refusals of the core that upstream raises for: an
+            // elapsed time that is no time, a name that names no domain.
+            When::Elapsed(ms, domain) => match rec.record_elapsed(t.token, mark, ms, domain) {
+                Outcome::Invalid => t.refuse(|| {
+                    format!("Event elapsed time must be finite and non-negative, not {ms}")
+                }),
+                Outcome::UnknownDomain => t.refuse(|| {
+                    let why = SchemaError::BadName(domain.to_owned());
+                    format!("Event clock domain must be declared: {why}")
+                }),
+                o => Ok(o),
+            },
+        }
     }
 }
 
@@ -203,10 +193,10 @@ impl PyStreamEdgeRecorder {
             (Some(region), Ok(token), Some(from), Some(to), Some(segment))
                 if region.get().rec.is_enabled() =>
             {
-                let rec = &region.get().rec;
+                let events = &region.get().events;
                 let members = members(key.py())?
                     .iter()
-                    .map(|m| event_id(rec, m.bind(key.py())))
+                    .map(|m| events.resolve(m.bind(key.py())).ok())
                     .collect();
                 Some(Target {
                     region,
@@ -237,8 +227,9 @@ impl PyStreamEdgeRecorder {
     /// ``False`` for a duplicate, an empty payload, a stale segment, a closed
     /// request, a full region and every other runtime refusal; ``ValueError``
     /// on an open request for an unknown event, a negative or non-finite
-    /// ``elapsed_ms``, a blank ``clock_domain`` or a negative ``chunk_seq``
-    /// (nothing is recorded).
+    /// ``elapsed_ms``, a ``clock_domain`` that names no domain (blank, over
+    /// 32 bytes, with a control or invisible format character) or a
+    /// negative ``chunk_seq`` (nothing is recorded).
     #[pyo3(signature = (event, *, elapsed_ms = None, clock_domain = None, meaningful, chunk_seq = None))]
     fn record(
         &self,

@@ -118,6 +118,33 @@ def test_outcomes_are_the_core_outcomes():
     assert Outcome("closed") is Outcome.CLOSED
 
 
+def test_the_enums_are_made_from_the_core_tables():
+    # One member per entry of the native module's tables, named as the
+    # entry in capitals, in the core's order.
+    assert [(o.name, o.value) for o in Outcome] == [(n.upper(), n) for n in edgemark.OUTCOME_NAMES]
+    assert [(e.name, e.value) for e in Event] == [(n.upper(), i) for i, n in enumerate(edgemark.EVENT_NAMES)]
+    # Success is the core's word: exactly the outcomes that change state.
+    assert {o for o in Outcome if o.is_success} == {Outcome.RECORDED, Outcome.STARTED}
+    # They are the package's own classes: they pickle, print and compare as
+    # declared ones do.
+    for member in (Outcome.FAULTED, Event.CONSUMER_FIRST_NONEMPTY_OUTPUT):
+        assert pickle.loads(pickle.dumps(member)) is member
+    assert Outcome.__module__ == Event.__module__ == "edgemark"
+    assert repr(Event.CONSUMER_FIRST_ACCEPT) == "<Event.CONSUMER_FIRST_ACCEPT: 2>"
+    assert isinstance(Event.CONSUMER_FIRST_ACCEPT, int) and isinstance(Outcome.BUSY, str)
+    assert "core" in (Outcome.__doc__ or "") and "core" in (Event.__doc__ or "")
+
+
+def test_a_str_enum_member_names_its_event_by_its_text(region):
+    from edgemark.stream_edge import StreamEdgeEvent
+
+    t = region.begin()
+    assert region.record_outcome(t, 0, 1, StreamEdgeEvent.SEND_COMPLETE) == "recorded"
+    assert region.record_outcome(t, 0, 1, "edge_first_send_complete") == "duplicate"
+    h = region.handle(t, 0, 1, StreamEdgeEvent.PRODUCER_EMIT)
+    assert h.record() and not region.record(t, 0, 1, Event.PRODUCER_FIRST_NONEMPTY_EMIT)
+
+
 def test_event_enum_name_and_int_are_the_same_event(region):
     t = region.begin()
     assert region.record_outcome(t, 0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT, elapsed_ms=1.0) == "recorded"

@@ -165,6 +165,20 @@ def test_bad_arguments_raise_on_an_open_request_and_leave_no_state(region, kwarg
     assert h.record(E.PRODUCER_EMIT, meaningful=True, **kwargs) is False
 
 
+def test_a_domain_name_the_core_refuses_raises_like_a_blank_one(region):
+    # The core says which names name a domain: one over 32 bytes or with a
+    # control character is refused as a blank one is.
+    ev = RequestStreamEdgeEvents(region=region)
+    h = ev.start_segment(K01)
+    for name in ("d" * 33, "bad\nname", "\u202eevil"):
+        with pytest.raises(ValueError, match="clock domain"):
+            h.record(E.PRODUCER_EMIT, elapsed_ms=1.0, clock_domain=name, meaningful=True)
+    assert ev.snapshot() == {}
+    assert h.record(E.PRODUCER_EMIT, elapsed_ms=1.0, clock_domain="d" * 32, meaningful=True)
+    ev.close()
+    assert h.record(E.SEND_COMPLETE, elapsed_ms=1.0, clock_domain="d" * 33, meaningful=True) is False
+
+
 @pytest.mark.parametrize("event", ["no_such_event", None, 3.5, 17])
 def test_an_unknown_event_raises_value_error(region, event):
     ev = RequestStreamEdgeEvents(region=region)

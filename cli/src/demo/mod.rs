@@ -55,6 +55,8 @@ pub(crate) struct DemoOptions {
 /// The result of a demo run.
 #[derive(Debug)]
 pub(crate) struct DemoResult {
+    /// The region's event names, in schema order.
+    pub(crate) events: Vec<String>,
     /// Each request's final snapshot, and whether it was aborted.
     pub(crate) finals: Vec<(Snapshot, bool)>,
     /// The stage workers' record outcomes by name.

@@ -273,7 +273,12 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
     } else {
         None
     };
+    let events = rec
+        .schema()
+        .map(|s| s.events().iter().map(|e| e.name().to_owned()).collect())
+        .unwrap_or_default();
     Ok(DemoResult {
+        events,
         finals,
         outcomes,
         region,

@@ -5,14 +5,13 @@ use std::fmt::Write as _;
 use edgemark::{Edge, Event};
 
 use super::DemoResult;
-use crate::views::data::percentile;
+use crate::views::data::{percentile, short_event};
 
 /// The table the demo prints: per edge, each boundary and each delta between
 /// consecutive boundaries, then the requests and the refused records.
 pub(crate) fn summary(r: &DemoResult) -> String {
     let mut s = String::new();
     let events = Event::ALL;
-    let short = ["emit", "send complete", "accept", "first output"];
     let closed = r.finals.len();
     let aborted = r.finals.iter().filter(|(_, a)| *a).count();
     let _ = writeln!(
@@ -46,15 +45,16 @@ pub(crate) fn summary(r: &DemoResult) -> String {
                 f(99.0)
             );
         };
-        for (e, name) in events.iter().zip(short) {
+        for e in events {
             row(
-                name.to_owned(),
-                segs.iter().filter_map(|g| g.elapsed_ms(*e)).collect(),
+                short_event(e.name()).to_owned(),
+                segs.iter().filter_map(|g| g.elapsed_ms(e)).collect(),
             );
         }
-        for i in 0..3 {
+        for i in 0..events.len() - 1 {
+            let short = |i: usize| short_event(events[i].name());
             row(
-                format!("{} -> {}", short[i], short[i + 1]),
+                format!("{} -> {}", short(i), short(i + 1)),
                 segs.iter()
                     .filter_map(|g| g.elapsed_between(events[i], events[i + 1]))
                     .collect(),

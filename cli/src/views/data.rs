@@ -1,9 +1,13 @@
 //! What both views compute: quantiles from a region's histogram buckets, and
-//! requests read back from snapshot JSON (the upstream recorder's
+//! requests collected from snapshots, taken from a region or read back from
+//! their JSON lines (the upstream recorder's
 //! `metrics["stream_edge_metrics"]` form).
 
 use anyhow::{Context, Result, anyhow, bail};
-use edgemark::{BUCKETS_MS, EdgeHistogram, Histogram};
+use edgemark::{
+    BUCKETS_MS, DomainId, Edge, EdgeHistogram, EventId, HOST_MONOTONIC, Histogram, Observed,
+    Snapshot,
+};
 use serde_json::Value;
 
 /// Short labels of the default schema's four events, in schema order.
@@ -71,24 +75,17 @@ pub(crate) fn quantile(h: &Histogram, q: f64) -> Option<f64> {
     Some(f64::INFINITY)
 }
 
-/// One recorded value read back from JSON.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Val {
-    /// Milliseconds from the request's origin in `domain`.
-    pub(crate) ms: f64,
-    /// The clock domain it was measured in.
-    pub(crate) domain: String,
-}
-
 /// One edge segment of one request.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct SegmentRow {
-    /// The edge, `from->to`.
-    pub(crate) edge: String,
+    /// The edge.
+    pub(crate) edge: Edge,
     /// The segment index.
-    pub(crate) segment: u64,
-    /// One entry per event of [`Collected::events`], in that order.
-    pub(crate) values: Vec<Option<Val>>,
+    pub(crate) segment: u32,
+    /// One entry per event of [`Collected::events`], in that order, as the
+    /// core keeps it (whole microseconds); its domain is a position in
+    /// [`Collected::domains`].
+    pub(crate) values: Vec<Option<Observed>>,
 }
 
 impl SegmentRow {
@@ -97,15 +94,15 @@ impl SegmentRow {
         format!("{}:{}", self.edge, self.segment)
     }
 
-    /// Milliseconds from event `a` to event `b` when both were recorded in
-    /// one clock domain and `b` is not before `a` (the library's rule).
+    /// Milliseconds from event `a` to event `b`: the core's rule
+    /// ([`Observed::until`]).
     pub(crate) fn delta(&self, a: usize, b: usize) -> Option<f64> {
         let (x, y) = (self.values.get(a)?.as_ref()?, self.values.get(b)?.as_ref()?);
-        (x.domain == y.domain && y.ms >= x.ms).then_some(y.ms - x.ms)
+        x.until(*y)
     }
 }
 
-/// One request: a snapshot as one JSON line.
+/// One request: one snapshot.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RequestRow {
     /// The line it came from (1-based), or its position for in-memory
@@ -115,18 +112,91 @@ pub(crate) struct RequestRow {
     pub(crate) segments: Vec<SegmentRow>,
 }
 
-/// Snapshots read back: the events they name and the requests.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Snapshots collected: the events and clock domains they name, and the
+/// requests.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Collected {
-    /// Event names (from the `<event>_ms` fields), in the order first seen.
+    /// Event names, in schema order (from the `<event>_ms` fields of JSON
+    /// lines: in the order first seen).
     pub(crate) events: Vec<String>,
-    /// Edges, `from->to`, in the order first seen.
-    pub(crate) edges: Vec<String>,
+    /// Clock-domain names, in the order first seen; the first is always
+    /// the shared clock's, as in a region.
+    pub(crate) domains: Vec<String>,
+    /// Edges, in the order first seen.
+    pub(crate) edges: Vec<Edge>,
     /// The requests, in input order.
     pub(crate) requests: Vec<RequestRow>,
 }
 
+impl Default for Collected {
+    fn default() -> Collected {
+        Collected::with_events(Vec::new())
+    }
+}
+
 impl Collected {
+    /// No requests yet, of a schema with `events`.
+    pub(crate) fn with_events(events: Vec<String>) -> Collected {
+        Collected {
+            events,
+            domains: vec![HOST_MONOTONIC.to_owned()],
+            edges: Vec::new(),
+            requests: Vec::new(),
+        }
+    }
+
+    /// The name of a domain of [`Collected::domains`].
+    pub(crate) fn domain_name(&self, d: DomainId) -> &str {
+        self.domains
+            .get(usize::from(d.0))
+            .map_or("?", String::as_str)
+    }
+
+    /// The position of the domain `name`, added if new.
+    fn domain_id(&mut self, name: &str) -> Result<DomainId> {
+        let i = match self.domains.iter().position(|d| d == name) {
+            Some(i) => i,
+            None => {
+                self.domains.push(name.to_owned());
+                self.domains.len() - 1
+            }
+        };
+        u8::try_from(i)
+            .map(DomainId)
+            .map_err(|_| anyhow!("more than 256 clock domains"))
+    }
+
+    /// The edge's place in [`Collected::edges`], added if new.
+    fn see_edge(&mut self, edge: Edge) {
+        if !self.edges.contains(&edge) {
+            self.edges.push(edge);
+        }
+    }
+
+    /// Adds a snapshot of a region whose events are [`Collected::events`],
+    /// read through the core's accessors.
+    pub(crate) fn push_snapshot(&mut self, line: usize, snap: &Snapshot) {
+        let mut segments = Vec::with_capacity(snap.segments().len());
+        for seg in snap.segments() {
+            self.see_edge(seg.edge());
+            let values = (0..self.events.len())
+                .map(|i| {
+                    // The schema's event count fits a `u8`.
+                    let id = EventId(i as u8);
+                    let o = seg.get(id)?;
+                    let domain = self.domain_id(seg.domain(id).unwrap_or("?")).ok()?;
+                    Some(Observed { domain, ..o })
+                })
+                .collect();
+            segments.push(SegmentRow {
+                edge: seg.edge(),
+                segment: seg.segment_index(),
+                values,
+            });
+        }
+        self.requests.push(RequestRow { line, segments });
+    }
+
     /// Reads JSON lines: one snapshot per line, either the snapshot map itself
     /// or an object holding it under `"stream_edge_metrics"`. Blank lines are
     /// skipped; anything else that is not a snapshot is an error naming its
@@ -146,7 +216,7 @@ impl Collected {
     }
 
     /// Adds one snapshot's JSON form.
-    pub(crate) fn push(&mut self, line: usize, v: &Value) -> Result<()> {
+    fn push(&mut self, line: usize, v: &Value) -> Result<()> {
         let v = v.get("stream_edge_metrics").unwrap_or(v);
         let map = v
             .as_object()
@@ -170,15 +240,17 @@ impl Collected {
         let num = |f: &str| {
             obj.get(f)
                 .and_then(Value::as_u64)
-                .ok_or_else(|| anyhow!("{f} is missing or not a whole number"))
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| anyhow!("{f} is missing or not a whole number below 2^32"))
         };
-        let edge = format!("{}->{}", num("from_stage")?, num("to_stage")?);
+        let edge = Edge::new(num("from_stage")?, num("to_stage")?);
         let segment = num("segment_index")?;
-        if !self.edges.contains(&edge) {
-            self.edges.push(edge.clone());
+        if key != format!("{edge}:{segment}") {
+            bail!("the key does not match from_stage, to_stage and segment_index");
         }
+        self.see_edge(edge);
         let domains = obj.get("clock_domains").and_then(Value::as_object);
-        let mut values: Vec<Option<Val>> = vec![None; self.events.len()];
+        let mut values: Vec<Option<Observed>> = vec![None; self.events.len()];
         for (field, value) in obj {
             let Some(event) = field.strip_suffix("_ms") else {
                 continue;
@@ -194,21 +266,21 @@ impl Collected {
             if value.is_null() {
                 continue;
             }
-            let ms = value
+            // Milliseconds made from whole microseconds, as the core keeps
+            // them.
+            let us = value
                 .as_f64()
-                .filter(|ms| ms.is_finite() && *ms >= 0.0)
+                .map(|ms| (ms * 1000.0).round())
+                .filter(|us| us.is_finite() && *us >= 0.0)
                 .ok_or_else(|| anyhow!("{field} is not a number of milliseconds"))?;
             let domain = domains
                 .and_then(|d| d.get(event))
                 .and_then(Value::as_str)
                 .ok_or_else(|| anyhow!("{field} has no clock domain in clock_domains"))?;
-            values[i] = Some(Val {
-                ms,
-                domain: domain.to_owned(),
+            values[i] = Some(Observed {
+                elapsed_us: us as u64,
+                domain: self.domain_id(domain)?,
             });
-        }
-        if key != format!("{edge}:{segment}") {
-            bail!("the key does not match from_stage, to_stage and segment_index");
         }
         Ok(SegmentRow {
             edge,
@@ -221,14 +293,14 @@ impl Collected {
     /// and how many were left out: event `i` for `i < events` (only values
     /// in clock domain `domain`: another domain's values count from another
     /// origin), else the delta from event `i - events` to the next one
-    /// (only where the library would give one: both in one domain, in
-    /// order; the two events' domain may differ from request to request, as
-    /// a duration means the same in each).
+    /// (only where the core gives one: both in one domain, in order; the two
+    /// events' domain may differ from request to request, as a duration
+    /// means the same in each).
     pub(crate) fn metric_values(
         &self,
-        edge: &str,
+        edge: Edge,
         metric: usize,
-        domain: &str,
+        domain: DomainId,
     ) -> (Vec<f64>, usize) {
         let n = self.events.len();
         let mut left_out = 0;
@@ -243,7 +315,7 @@ impl Collected {
                         left_out += 1;
                         return None;
                     }
-                    Some(v.ms)
+                    Some(v.elapsed_ms())
                 } else {
                     s.delta(metric - n, metric - n + 1)
                 }
@@ -317,10 +389,80 @@ mod tests {
         assert_eq!(c.requests.len(), 2);
         assert_eq!(c.events.len(), 4);
         let s = &c.requests[0].segments[0];
-        assert_eq!(s.values[1].as_ref().unwrap().domain, "sender");
+        assert_eq!(c.domain_name(s.values[1].unwrap().domain), "sender");
+        assert_eq!(s.values[0].unwrap().elapsed_us, 1500);
         assert_eq!(s.delta(0, 1), None, "different clock domains");
         assert_eq!(c.requests[1].line, 3);
         let err = Collected::from_lines("{}\n[1]").unwrap_err();
         assert!(format!("{err:#}").starts_with("line 2:"), "{err:#}");
+    }
+
+    #[test]
+    fn snapshots_are_collected_as_their_json_lines_are() {
+        use edgemark::{Event::*, Mark, Recorder};
+        let rec = Recorder::builder()
+            .edge(0, 1)
+            .edge(1, 2)
+            .create_in_memory()
+            .unwrap();
+        let (e01, e12) = (Edge::new(0, 1), Edge::new(1, 2));
+        let mut snaps = Vec::new();
+        for i in 0..3u32 {
+            let t = rec.begin().unwrap();
+            let ms = f64::from(i);
+            let at = |mark, v, d| rec.record_elapsed(t, mark, v, d);
+            at(
+                Mark::new(e01, ProducerFirstNonemptyEmit),
+                ms + 0.25,
+                "host_monotonic",
+            );
+            at(
+                Mark::new(e01, EdgeFirstSendComplete),
+                ms + 1.5,
+                "host_monotonic",
+            );
+            at(Mark::new(e12, ConsumerFirstAccept), ms + 3.125, "receiver");
+            if i == 2 {
+                rec.start_segment(t, e01, 1);
+                at(
+                    Mark::new(e01, ProducerFirstNonemptyEmit).segment(1),
+                    9.0,
+                    "sender",
+                );
+            }
+            snaps.push(rec.close(t));
+        }
+        let events: Vec<String> = rec
+            .schema()
+            .unwrap()
+            .events()
+            .iter()
+            .map(|e| e.name().to_owned())
+            .collect();
+        let mut direct = Collected::with_events(events);
+        for (i, s) in snaps.iter().enumerate() {
+            direct.push_snapshot(i + 1, s);
+        }
+        let lines: Vec<String> = snaps
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap())
+            .collect();
+        let read = Collected::from_lines(&lines.join("\n")).unwrap();
+        assert_eq!(direct, read);
+        assert_eq!(direct.domains, ["host_monotonic", "receiver", "sender"]);
+        assert_eq!(direct.edges, [e01, e12]);
+        // Deltas are the core's: the same value as `elapsed_between`.
+        let seg = snaps[1].segment(e01, 0).unwrap();
+        assert_eq!(
+            direct.requests[1].segments[0].delta(0, 1),
+            seg.elapsed_between(ProducerFirstNonemptyEmit, EdgeFirstSendComplete)
+        );
+        assert_eq!(direct.requests[1].segments[0].delta(0, 1), Some(1.25));
+        let (values, left_out) = direct.metric_values(e12, 2, DomainId(0));
+        assert_eq!(
+            (values.len(), left_out),
+            (0, 3),
+            "accepts are in another domain"
+        );
     }
 }

@@ -17,24 +17,24 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use edgemark::{HOST_MONOTONIC, Snapshot};
+use edgemark::{DomainId, Snapshot};
 
 use super::data::{Collected, RequestRow, SegmentRow, percentile, short_event};
 
 /// Bins of every histogram.
 pub(crate) const BINS: usize = 20;
 
-/// Writes the page for the demo's final snapshots into `file`, opened
-/// at `path` before the run.
+/// Writes the page for the demo's final snapshots, of a region whose
+/// events are `events`, into `file`, opened at `path` before the run.
 pub(crate) fn write_demo(
+    events: &[String],
     finals: &[(Snapshot, bool)],
     path: &Path,
     mut file: std::fs::File,
 ) -> Result<()> {
-    let mut c = Collected::default();
+    let mut c = Collected::with_events(events.to_vec());
     for (i, (snap, _)) in finals.iter().enumerate() {
-        c.push(i + 1, &snap.to_json())
-            .with_context(|| format!("snapshot {}", i + 1))?;
+        c.push_snapshot(i + 1, snap);
     }
     let text = page(&c, "edgemark demo (line numbers are the order of --json)");
     std::io::Write::write_all(&mut file, text.as_bytes())
@@ -106,43 +106,45 @@ fn tick_label(t: f64, step: f64) -> String {
     format!("{t:.decimals$}")
 }
 
-/// The clock domain the waterfalls are drawn in: the shared clock if any
-/// value is in it, else the domain with the most values.
-fn axis_domain(c: &Collected) -> String {
-    let mut counts: Vec<(String, usize)> = Vec::new();
+/// The clock domain the waterfalls are drawn in: the shared clock (domain
+/// 0) if any value is in it, else the domain with the most values (the
+/// last seen of those that tie).
+fn axis_domain(c: &Collected) -> DomainId {
+    let mut counts = vec![0usize; c.domains.len()];
     for v in c
         .requests
         .iter()
         .flat_map(|r| &r.segments)
         .flat_map(|s| s.values.iter().flatten())
     {
-        match counts.iter_mut().find(|(d, _)| *d == v.domain) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((v.domain.clone(), 1)),
-        }
+        counts[usize::from(v.domain.0)] += 1;
     }
-    if counts.iter().any(|(d, _)| d == HOST_MONOTONIC) {
-        return HOST_MONOTONIC.to_owned();
+    if counts.first().is_some_and(|n| *n > 0) {
+        return DomainId::HOST_MONOTONIC;
     }
-    counts
-        .into_iter()
-        .max_by_key(|(_, n)| *n)
-        .map_or_else(|| HOST_MONOTONIC.to_owned(), |(d, _)| d)
+    let most = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .max_by_key(|(_, n)| **n)
+        .map_or(0, |(i, _)| i);
+    // `Collected::domains` holds at most 256 names.
+    DomainId(most as u8)
 }
 
 /// A request's total in `domain`: its latest event there.
-fn total(r: &RequestRow, domain: &str) -> Option<f64> {
+fn total(r: &RequestRow, domain: DomainId) -> Option<f64> {
     r.segments
         .iter()
         .flat_map(|s| s.values.iter().flatten())
         .filter(|v| v.domain == domain)
-        .map(|v| v.ms)
+        .map(|v| v.elapsed_ms())
         .reduce(f64::max)
 }
 
 /// The typical (median total, nearest rank) and the slowest request in
 /// `domain`, and how many requests have no event there.
-fn pick<'a>(c: &'a Collected, domain: &str) -> (Vec<(&'static str, &'a RequestRow, f64)>, usize) {
+fn pick(c: &Collected, domain: DomainId) -> (Vec<(&'static str, &RequestRow, f64)>, usize) {
     let mut ranked: Vec<(&RequestRow, f64)> = c
         .requests
         .iter()
@@ -176,7 +178,7 @@ fn waterfall(
     which: &str,
     r: &RequestRow,
     total_ms: f64,
-    domain: &str,
+    domain: DomainId,
 ) {
     let segs = ordered(c, r);
     let (left, width, row_h, top) = (130.0, 1240.0, 30.0, 10.0);
@@ -189,7 +191,7 @@ fn waterfall(
         out,
         r#"<svg class="chart waterfall" id="waterfall-{which}" data-request="{which}" data-line="{line}" data-domain="{d}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="waterfall of the {which} request">"#,
         line = r.line,
-        d = esc(domain),
+        d = esc(c.domain_name(domain)),
     );
     // The time axis: grid lines and labels.
     let mut t = 0.0;
@@ -209,7 +211,7 @@ fn waterfall(
         r#"<text class="axis-label" x="{x:.1}" y="{y:.1}" text-anchor="middle">ms since the request began (clock domain {d})</text>"#,
         x = left + plot_w / 2.0,
         y = height - 6.0,
-        d = esc(domain),
+        d = esc(c.domain_name(domain)),
     );
     for (row, s) in segs.iter().enumerate() {
         let y = top + row_h * row as f64;
@@ -225,15 +227,16 @@ fn waterfall(
             let (Some(a), Some(b)) = (&s.values[i], &s.values[i + 1]) else {
                 continue;
             };
-            if a.domain != domain || b.domain != domain || b.ms < a.ms {
+            let Some(delta) = s.delta(i, i + 1).filter(|_| a.domain == domain) else {
                 continue;
-            }
+            };
+            let (a, b) = (a.elapsed_ms(), b.elapsed_ms());
             let _ = writeln!(
                 out,
                 r#"<rect class="phase" data-phase="{i}" x="{x:.2}" y="{y:.1}" width="{w:.2}" height="{h:.1}" fill="{fill}"><title>{key} {name}: {d} ms ({a} to {b})</title></rect>"#,
-                x = x(a.ms),
+                x = x(a),
                 y = y + row_h * 0.25,
-                w = (x(b.ms) - x(a.ms)).max(1.0),
+                w = (x(b) - x(a)).max(1.0),
                 h = row_h * 0.5,
                 fill = COLORS[(i + 1) % COLORS.len()],
                 key = esc(&s.key()),
@@ -242,9 +245,9 @@ fn waterfall(
                     short_event(&c.events[i]),
                     short_event(&c.events[i + 1])
                 )),
-                d = ms(b.ms - a.ms),
-                a = ms(a.ms),
-                b = ms(b.ms),
+                d = ms(delta),
+                a = ms(a),
+                b = ms(b),
             );
         }
         // Every event of the axis domain, as a mark.
@@ -256,12 +259,12 @@ fn waterfall(
                 out,
                 r#"<line class="mark" data-event="{name}" x1="{x:.2}" y1="{y1:.1}" x2="{x:.2}" y2="{y2:.1}" stroke="{color}"><title>{key} {name}: {v} ms</title></line>"#,
                 name = esc(short_event(&c.events[i])),
-                x = x(v.ms),
+                x = x(v.elapsed_ms()),
                 y1 = y + row_h * 0.1,
                 y2 = y + row_h * 0.9,
                 color = COLORS[i % COLORS.len()],
                 key = esc(&s.key()),
-                v = ms(v.ms),
+                v = ms(v.elapsed_ms()),
             );
         }
         out.push_str("</g>\n");
@@ -270,7 +273,7 @@ fn waterfall(
 }
 
 /// The excluded events of a drawn request: those of another clock domain.
-fn excluded(c: &Collected, which: &str, r: &RequestRow, domain: &str) -> Vec<String> {
+fn excluded(c: &Collected, which: &str, r: &RequestRow, domain: DomainId) -> Vec<String> {
     let mut out = Vec::new();
     for s in ordered(c, r) {
         for (i, v) in s.values.iter().enumerate() {
@@ -279,9 +282,9 @@ fn excluded(c: &Collected, which: &str, r: &RequestRow, domain: &str) -> Vec<Str
                     r#"<li class="excluded-event" data-request="{which}">{key} {name} ({v} ms): recorded in clock domain <code>{d}</code>, whose origin is not that of <code>{axis}</code>, so it has no place on this axis</li>"#,
                     key = esc(&s.key()),
                     name = esc(short_event(&c.events[i])),
-                    v = ms(v.ms),
-                    d = esc(&v.domain),
-                    axis = esc(domain),
+                    v = ms(v.elapsed_ms()),
+                    d = esc(c.domain_name(v.domain)),
+                    axis = esc(c.domain_name(domain)),
                 ));
             }
         }
@@ -433,7 +436,8 @@ const SCRIPT: &str = r#"
 /// The whole page.
 pub(crate) fn page(c: &Collected, source: &str) -> String {
     let mut out = String::with_capacity(64 * 1024);
-    let domain = axis_domain(c);
+    let axis = axis_domain(c);
+    let domain = c.domain_name(axis);
     let _ = writeln!(
         out,
         r#"<!DOCTYPE html>
@@ -447,17 +451,22 @@ pub(crate) fn page(c: &Collected, source: &str) -> String {
         version = env!("CARGO_PKG_VERSION"),
         src = esc(source),
         n = c.requests.len(),
-        edges = esc(&c.edges.join(", ")),
+        edges = esc(&c
+            .edges
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")),
     );
 
     // Waterfalls.
-    let (picked, left_out) = pick(c, &domain);
+    let (picked, left_out) = pick(c, axis);
     let _ = writeln!(
         out,
         r#"<h2>Waterfalls</h2>
 <p class="note">A typical request (the median total, nearest rank) and the slowest, by their latest event in clock domain <code>{d}</code>. Each row is one edge segment: a mark per event, and a bar per delta between consecutive events in the color of the event it ends at.</p>
 <p class="legend">{legend}</p>"#,
-        d = esc(&domain),
+        d = esc(domain),
         legend = c
             .events
             .iter()
@@ -473,7 +482,7 @@ pub(crate) fn page(c: &Collected, source: &str) -> String {
         let _ = writeln!(
             out,
             r#"<p class="note excluded-requests" data-count="{left_out}">{left_out} {what} no event in <code>{d}</code> and {verb} not ranked.</p>"#,
-            d = esc(&domain),
+            d = esc(domain),
             what = if left_out == 1 {
                 "request has"
             } else {
@@ -492,8 +501,8 @@ pub(crate) fn page(c: &Collected, source: &str) -> String {
             line = r.line,
             t = ms(*total_ms),
         );
-        waterfall(&mut out, c, which, r, *total_ms, &domain);
-        let ex = excluded(c, which, r, &domain);
+        waterfall(&mut out, c, which, r, *total_ms, axis);
+        let ex = excluded(c, which, r, axis);
         if !ex.is_empty() {
             let _ = writeln!(
                 out,
@@ -508,22 +517,23 @@ pub(crate) fn page(c: &Collected, source: &str) -> String {
         out,
         r#"<h2>Histograms</h2>
 <p class="note">Segment 0 of every request, per edge: each event (ms from the request's origin in clock domain <code>{d}</code>; values of other domains are left out and counted) and each delta between consecutive events (only where both were recorded in one clock domain and in order), in {BINS} equal bins from the smallest value to the largest.</p>"#,
-        d = esc(&domain),
+        d = esc(domain),
     );
     let names = c.metric_names();
     let mut table = String::new();
-    for edge in &c.edges {
-        let _ = writeln!(out, "<h3>Edge {}</h3>\n<div class=\"hists\">", esc(edge));
+    for &e in &c.edges {
+        let edge = e.to_string();
+        let _ = writeln!(out, "<h3>Edge {}</h3>\n<div class=\"hists\">", esc(&edge));
         for (m, name) in names.iter().enumerate() {
-            let (values, left_out) = c.metric_values(edge, m, &domain);
-            histogram(&mut out, edge, name, &values, left_out, &domain);
+            let (values, left_out) = c.metric_values(e, m, axis);
+            histogram(&mut out, &edge, name, &values, left_out, domain);
             let mut sorted = values.clone();
             sorted.sort_by(f64::total_cmp);
             let q = |p| percentile(&sorted, p).map_or("-".to_owned(), ms);
             let _ = writeln!(
                 table,
                 "<tr><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(edge),
+                esc(&edge),
                 esc(name),
                 sorted.len(),
                 q(50.0),

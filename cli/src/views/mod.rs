@@ -2,7 +2,9 @@
 //! (`edgemark top`) and the self-contained latency page (`--html`).
 //!
 //! Everything here reads through the library's public API only: region
-//! histograms and counters for `top`, snapshot JSON for the page.
+//! histograms and counters for `top`; for the page, snapshots (the demo's,
+//! through their accessors) or their JSON lines (`report`), collected into
+//! one form whose values are the core's `Observed`.
 
 pub(crate) mod data;
 pub(crate) mod html;

@@ -12,27 +12,22 @@
 //! as one line.
 
 use std::collections::HashMap;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
-use crossterm::terminal::{
-    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
-};
-use crossterm::{cursor, execute};
 use edgemark::{
     AttachOptions, Counters, DomainId, EdgeHistogram, EventId, Histogram, Outcome, Recorder,
     RegionInfo, Token,
 };
-use ratatui::backend::CrosstermBackend;
+use ratatui::DefaultTerminal;
+use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style, Stylize};
 use ratatui::text::{Line, Text};
 use ratatui::widgets::{Block, LineGauge, Paragraph, Row, Table};
-use ratatui::{Frame, Terminal};
 
 use super::data::{quantile, short_event, short_metric, since};
 
@@ -49,52 +44,20 @@ pub(crate) fn run(rec: Recorder, path: &Path, interval: f64) -> Result<()> {
     }
     let interval = Duration::from_secs_f64(interval);
     let mut top = Top::new(rec, path, interval)?;
-    let guard = TerminalGuard::enter()?;
-    let result = Terminal::new(CrosstermBackend::new(io::stdout()))
-        .context("cannot draw on this terminal")
-        .and_then(|mut term| top.run(&mut term, interval));
-    // Leave the alternate screen before the caller prints any error.
-    drop(guard);
-    result
-}
-
-/// Raw mode and the alternate screen for as long as it lives; dropping it
-/// (also while unwinding from a panic) restores the terminal.
-#[derive(Debug)]
-struct TerminalGuard;
-
-impl TerminalGuard {
-    fn enter() -> Result<TerminalGuard> {
-        static HOOK: Once = Once::new();
-        HOOK.call_once(|| {
-            // A panic message printed inside the alternate screen would be
-            // lost: restore first, then report as before.
-            let previous = std::panic::take_hook();
-            std::panic::set_hook(Box::new(move |info| {
-                restore_terminal();
-                previous(info);
-            }));
-        });
-        enable_raw_mode().context("cannot put the terminal in raw mode")?;
-        // From here on, Drop undoes whatever was done.
-        let guard = TerminalGuard;
-        execute!(io::stdout(), EnterAlternateScreen, cursor::Hide)
-            .context("cannot switch to the alternate screen")?;
-        Ok(guard)
-    }
-}
-
-impl Drop for TerminalGuard {
-    fn drop(&mut self) {
-        restore_terminal();
-    }
-}
-
-/// Leaves the alternate screen and raw mode; harmless when already done.
-fn restore_terminal() {
-    let _ = disable_raw_mode();
-    let _ = execute!(io::stdout(), LeaveAlternateScreen, cursor::Show);
-    let _ = io::stdout().flush();
+    // Raw mode, the alternate screen, and a panic hook that restores both
+    // before the panic is reported.
+    let mut term = ratatui::try_init()
+        .inspect_err(|_| {
+            // Undo whatever step succeeded.
+            let _ = ratatui::try_restore();
+        })
+        .context("cannot draw on this terminal")?;
+    let result = top.run(&mut term, interval);
+    // Leave the alternate screen before the caller prints any error (the
+    // terminal shows its cursor again as it is dropped).
+    drop(term);
+    let restored = ratatui::try_restore().context("cannot restore the terminal");
+    result.and(restored)
 }
 
 /// One open request as the table shows it.
@@ -341,11 +304,9 @@ impl Top {
         Ok(())
     }
 
-    fn run(
-        &mut self,
-        term: &mut Terminal<CrosstermBackend<io::Stdout>>,
-        interval: Duration,
-    ) -> Result<()> {
+    /// Refreshes, sizes the view to the terminal and draws it from this
+    /// state, then takes keys, until one says to quit.
+    fn run(&mut self, term: &mut DefaultTerminal, interval: Duration) -> Result<()> {
         term.clear()?;
         let mut next = Instant::now();
         loop {
@@ -353,6 +314,8 @@ impl Top {
                 self.refresh()?;
                 next = Instant::now() + interval;
             }
+            let size = term.size()?;
+            self.fit(Rect::new(0, 0, size.width, size.height));
             term.draw(|f| self.draw(f))?;
             let wait = next.saturating_duration_since(Instant::now());
             if !event::poll(wait)? {
@@ -381,23 +344,41 @@ impl Top {
         }
     }
 
-    fn draw(&mut self, f: &mut Frame<'_>) {
+    /// The view's areas in `area`: the header, the occupancy gauge, the
+    /// latency table and the open requests.
+    fn areas(&self, area: Rect) -> [Rect; 4] {
         let metrics_per_edge = (2 * self.events.len()).saturating_sub(1).max(1);
         let latency_rows = (self.rec.edges().len() * metrics_per_edge) as u16;
         // The header and the gauge take five lines; the open requests keep
         // room for a few rows (borders and two header lines take four), and
         // the latency table, whose title then says how many of its rows it
         // shows, gets the rest.
-        let below = f.area().height.saturating_sub(5);
+        let below = area.height.saturating_sub(5);
         let open_rows = (self.open.len() as u16).clamp(1, 3);
         let latency_height = (latency_rows + 3).min(below.saturating_sub(4 + open_rows));
-        let [head, gauge, latency, open] = Layout::vertical([
+        Layout::vertical([
             Constraint::Length(4),
             Constraint::Length(1),
             Constraint::Length(latency_height),
             Constraint::Fill(1),
         ])
-        .areas(f.area());
+        .areas(area)
+    }
+
+    /// Sizes the page of open requests to a terminal of `area` and keeps
+    /// the scroll within the list: the state the next draw shows, and the
+    /// step of the page keys.
+    fn fit(&mut self, area: Rect) {
+        let [.., open] = self.areas(area);
+        self.page = page_rows(open);
+        self.scroll = self
+            .scroll
+            .min(self.open.len().saturating_sub(self.page.max(1)));
+    }
+
+    /// Draws the view from the state as it is (see [`Top::fit`]).
+    fn draw(&self, f: &mut Frame<'_>) {
+        let [head, gauge, latency, open] = self.areas(f.area());
         self.draw_head(f, head);
         let occupied = self.open.len() as f64 / f64::from(self.info.slots.max(1));
         f.render_widget(
@@ -519,14 +500,13 @@ impl Top {
         f.render_widget(table, area);
     }
 
-    fn draw_open(&mut self, f: &mut Frame<'_>, area: Rect) {
-        // Borders and the two header lines take four lines: what is left is
-        // the page, which may be no row at all.
-        self.page = usize::from(area.height.saturating_sub(4));
-        let max = self.open.len().saturating_sub(self.page.max(1));
-        self.scroll = self.scroll.min(max);
+    fn draw_open(&self, f: &mut Frame<'_>, area: Rect) {
+        // `fit` sized the page to this area; a terminal resized since gets
+        // the rows that fit now.
+        let page = page_rows(area);
+        let scroll = self.scroll.min(self.open.len().saturating_sub(page.max(1)));
         let edges = self.rec.edges();
-        let shown: Vec<&OpenRow> = self.open.iter().skip(self.scroll).take(self.page).collect();
+        let shown: Vec<&OpenRow> = self.open.iter().skip(scroll).take(page).collect();
         // Columns as wide as what they hold; as many edges as fit.
         let token_w = shown
             .iter()
@@ -623,8 +603,8 @@ impl Top {
         } else {
             format!(
                 " open requests, oldest first: {}-{} of {}",
-                self.scroll + 1,
-                self.scroll + shown.len(),
+                scroll + 1,
+                scroll + shown.len(),
                 self.open.len()
             )
         };
@@ -645,6 +625,13 @@ impl Top {
             .block(Block::bordered().title(title));
         f.render_widget(table, area);
     }
+}
+
+/// The rows of open requests that an area of the open-requests table
+/// holds: borders and the two header lines take four lines, and what is
+/// left may be no row at all.
+fn page_rows(area: Rect) -> usize {
+    usize::from(area.height.saturating_sub(4))
 }
 
 /// The distribution over histogram buckets as one block character per
