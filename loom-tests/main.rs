@@ -51,12 +51,24 @@ where
     O: Hash + Eq + Debug + Send + 'static,
     F: Fn() -> O + Sync + Send + 'static,
 {
+    explore_capped(name, usize::MAX, body)
+}
+
+/// [`explore`] with the preemption bound capped at `cap`, for a model whose
+/// threads make so many atomic accesses that the common bound would run
+/// for hours (the model's comment says what the cap still covers).
+fn explore_capped<O, F>(name: &str, cap: usize, body: F) -> HashSet<O>
+where
+    O: Hash + Eq + Debug + Send + 'static,
+    F: Fn() -> O + Sync + Send + 'static,
+{
     let seen: Arc<Mutex<HashSet<O>>> = Arc::new(Mutex::new(HashSet::new()));
     let runs = Arc::new(AtomicUsize::new(0));
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
     }
+    builder.preemption_bound = builder.preemption_bound.map(|b| b.min(cap));
     let start = Instant::now();
     {
         let seen = Arc::clone(&seen);
@@ -1017,16 +1029,19 @@ fn took(rec: &Recorder, max: usize) -> (Vec<Took>, u64) {
 }
 
 /// Two closers close one request each (slot 0 with a 1 ms producer value,
-/// slot 1 with 2 ms) into a ring of one entry while a reader drains; the
+/// slot 1 with 2 ms) into a ring of two entries while a reader drains; the
 /// model's main thread drains again once they are done. No request is
-/// taken twice, each one taken carries its own value (never a mixture of
-/// the two closes that share the entry), and each close is either taken or
-/// counted lost: taken + lost = 2.
+/// taken twice, each one taken carries its own value, and nothing is lost:
+/// a reader that meets an entry still being written waits for it
+/// (pending) rather than taking a part of it, and an entry it takes is
+/// whole. (A reader racing two closers on one entry makes every one of the
+/// entry's words readable from either closer, which loom cannot explore in
+/// hours; the overwrite is modelled in m10c, the readers' race in m10b.)
 #[test]
-fn m10a_two_closers_and_a_reader_share_one_ring_entry() {
-    const NAME: &str = "m10a_two_closers_and_a_reader_share_one_ring_entry";
+fn m10a_two_closers_and_a_reader() {
+    const NAME: &str = "m10a_two_closers_and_a_reader";
     let seen = explore(NAME, || {
-        let rec = ring_region(2, 1);
+        let rec = ring_region(2, 2);
         let (t0, t1) = (rec.begin().unwrap(), rec.begin().unwrap());
         emit(&rec, t0, 0, 1.0, 0);
         emit(&rec, t1, 0, 2.0, 0);
@@ -1043,22 +1058,49 @@ fn m10a_two_closers_and_a_reader_share_one_ring_entry() {
     assert_only(NAME, &seen, |(during, after, lost)| {
         let all: Vec<&Took> = during.iter().chain(after).collect();
         let slots: HashSet<u32> = all.iter().map(|t| t.0).collect();
-        slots.len() == all.len()
+        slots.len() == 2
+            && all.len() == 2
+            && *lost == 0
             && all
                 .iter()
                 .all(|&&(slot, v)| v == Some(if slot == 0 { 1000 } else { 2000 }))
-            && all.len() as u64 + lost == 2
     });
-    assert_seen(
-        NAME,
-        &seen,
-        "the reader taking one during the closes",
-        |o| !o.0.is_empty(),
-    );
-    assert_seen(NAME, &seen, "both taken, none lost", |o| o.2 == 0);
-    assert_seen(NAME, &seen, "one overwritten and counted lost", |o| {
-        o.2 == 1
+    assert_seen(NAME, &seen, "the reader taking one during the closes", |o| {
+        o.0.len() == 1
     });
+    assert_seen(NAME, &seen, "the reader taking both", |o| o.0.len() == 2);
+    assert_seen(NAME, &seen, "the reader taking none", |o| o.0.is_empty());
+}
+
+/// Two closers close one request each into a ring of ONE entry, so the
+/// later claim takes the entry over (or, lapped, writes nothing); a reader
+/// drains after both. It takes at most one request, whole (its own value,
+/// never a mixture of the two closes), and the other is counted lost:
+/// taken + lost = 2.
+#[test]
+fn m10c_two_closers_share_one_ring_entry() {
+    const NAME: &str = "m10c_two_closers_share_one_ring_entry";
+    let seen = explore(NAME, || {
+        let rec = ring_region(2, 1);
+        let (t0, t1) = (rec.begin().unwrap(), rec.begin().unwrap());
+        emit(&rec, t0, 0, 1.0, 0);
+        emit(&rec, t1, 0, 2.0, 0);
+        let r1 = rec.clone();
+        let closer = spawn(move || r1.close(t1).state());
+        let closed = rec.close(t0).state();
+        assert_eq!(closer.join().unwrap(), RequestState::Closed);
+        assert_eq!(closed, RequestState::Closed);
+        took(&rec, 2)
+    });
+    assert_only(NAME, &seen, |(took, lost)| {
+        took.len() as u64 + lost == 2
+            && took.len() == 1
+            && took
+                .iter()
+                .all(|&(slot, v)| v == Some(if slot == 0 { 1000 } else { 2000 }))
+    });
+    assert_seen(NAME, &seen, "slot 0's close kept", |o| o.0[0].0 == 0);
+    assert_seen(NAME, &seen, "slot 1's close kept", |o| o.0[0].0 == 1);
 }
 
 /// One closed request waits in the ring; two readers drain at once. Exactly
