@@ -43,7 +43,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::Recorder;
+use crate::Viewer;
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +75,7 @@ impl Format {
 }
 
 /// The region's metrics now, as text in `format`.
-pub fn render(recorder: &Recorder, format: Format) -> String {
+pub fn render(recorder: &Viewer, format: Format) -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = render_into(recorder, format, &mut out);
@@ -85,7 +85,7 @@ pub fn render(recorder: &Recorder, format: Format) -> String {
 /// Writes the region's metrics now into `out`, as text in `format`; fails
 /// only if `out` does.
 pub fn render_into(
-    recorder: &Recorder,
+    recorder: &Viewer,
     format: Format,
     out: &mut impl std::fmt::Write,
 ) -> std::fmt::Result {
@@ -127,7 +127,7 @@ fn to_classic(open_metrics: &str, out: &mut impl std::fmt::Write) -> std::fmt::R
 }
 
 #[derive(Debug)]
-struct RegionCollector(Recorder);
+struct RegionCollector(Viewer);
 
 impl Collector for RegionCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {

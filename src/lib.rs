@@ -107,8 +107,8 @@ pub use clock::{Clock, ClockIdentity, DISTRUST_COUNTER_ENV, monotonic_ns};
 pub use layout::{BUCKETS_MS, GeometryError, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
-pub use recorder::{AttachOptions, Recorder, RegionBuilder};
-pub use region::{AttachError, CreateError};
+pub use recorder::{AttachOptions, Recorder, RegionBuilder, Viewer};
+pub use region::{AttachError, CreateError, SweepError};
 pub use report::{
     Counters, EdgeHistogram, Histogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
 };

@@ -1005,7 +1005,7 @@ fn a_reserved_region_is_mapped_whole_so_records_and_polls_take_no_page_fault() {
         .create(&p)
         .unwrap();
     let slots = owner.info().unwrap().slots as usize;
-    let reader = AttachOptions::new().read_only(true).attach(&p).unwrap();
+    let reader = AttachOptions::new().view(&p).unwrap();
     // The tokens' buffer is touched before counting.
     let mut tokens = vec![Token::from_u128(1); slots];
     tokens.clear();

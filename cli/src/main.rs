@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
-use edgemark::{Edge, Recorder};
+use edgemark::{Edge, Recorder, Viewer};
 
 use crate::ops::{LookTrust, Op, RecordArgs, StartArgs, TokenArg, Trust};
 use crate::out::outln;
@@ -475,7 +475,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         // read-only attach, from another pid namespace, marks nothing.
         Command::Snapshot { path, args, .. } => {
             let rec = attach_for_reading(&path)?;
-            outln!("{}", ops::run(&rec, Op::Snapshot(args), false)?);
+            outln!("{}", ops::snapshot(&rec, args.token)?);
         }
         Command::Close { path, args, trust } => op(&path, trust, Op::Close(args))?,
         Command::Batch { path, trust } => {
@@ -522,12 +522,11 @@ fn op(path: &Path, trust: Trust, op: Op) -> Result<()> {
 /// reason not to look: this process cannot write the region, and whatever
 /// the owner puts in the file gives a clear error or a working region (a
 /// file shrunk under the mapping included), never a crash.
-fn attach_for_reading(path: &Path) -> Result<Recorder> {
+fn attach_for_reading(path: &Path) -> Result<Viewer> {
     edgemark::AttachOptions::new()
         .allow_foreign_owner(true)
         .allow_foreign_clock(true)
-        .read_only(true)
-        .attach(path)
+        .view(path)
         .map_err(|e| named(path, e))
 }
 
@@ -582,7 +581,7 @@ fn pids_text(info: &edgemark::RegionInfo) -> String {
     }
 }
 
-fn inspect(rec: &Recorder, json: bool) -> Result<()> {
+fn inspect(rec: &Viewer, json: bool) -> Result<()> {
     rec.check()
         .context("the region changed under this process")?;
     let info = rec.info().expect("an enabled recorder");

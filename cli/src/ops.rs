@@ -6,7 +6,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
-use edgemark::{AttachOptions, Edge, Mark, Recorder, RequestState, Token};
+use edgemark::{AttachOptions, Edge, Mark, Recorder, RequestState, Token, Viewer};
 
 /// How far to trust the region file; taken by every command that attaches
 /// to one.
@@ -185,7 +185,7 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
             .to_string()
         }
         Op::StartSegment(a) => rec.start_segment(a.token, a.edge, a.segment).to_string(),
-        Op::Snapshot(a) => serde_json::to_string(&rec.snapshot(a.token))?,
+        Op::Snapshot(a) => snapshot(rec, a.token)?,
         Op::Close(a) => {
             let last = rec.close(a.token);
             match last.state() {
@@ -217,6 +217,12 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
             }
         }
     })
+}
+
+/// The snapshot of the request `token` as a JSON line (`snapshot` needs
+/// only a viewer).
+pub(crate) fn snapshot(view: &Viewer, token: Token) -> Result<String> {
+    Ok(serde_json::to_string(&view.snapshot(token))?)
 }
 
 /// Runs one command per line of `input`, writing one line per command to

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use edgemark::export::{self, Format};
-use edgemark::{AttachError, Recorder};
+use edgemark::{SweepError, Viewer};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -60,7 +60,7 @@ pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// What the server shows now.
 enum Shown {
     /// An attached region, and the device and inode of its file.
-    Region(Recorder, Option<(u64, u64)>),
+    Region(Viewer, Option<(u64, u64)>),
     /// No region: the file is gone, or what is there cannot be attached.
     /// The reason, as last printed, and the file's identity if it has one.
     Nothing(String, Option<(u64, u64)>),
@@ -77,7 +77,7 @@ pub(crate) struct Source {
     shown: Mutex<Shown>,
     /// Times another file was found at the path and attached.
     replaced: Mutex<u64>,
-    reopen: Box<dyn Fn() -> Result<Recorder> + Send + Sync>,
+    reopen: Box<dyn Fn() -> Result<Viewer> + Send + Sync>,
 }
 
 /// The device and inode of the file at `path`, or why there is none.
@@ -88,9 +88,9 @@ fn identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
 impl Source {
     /// `rec`, attached from `path`, and how to attach that path again.
     pub(crate) fn new(
-        rec: Recorder,
+        rec: Viewer,
         path: PathBuf,
-        reopen: impl Fn() -> Result<Recorder> + Send + Sync + 'static,
+        reopen: impl Fn() -> Result<Viewer> + Send + Sync + 'static,
     ) -> Source {
         let id = identity(&path).ok();
         Source {
@@ -102,7 +102,7 @@ impl Source {
     }
 
     /// The recorder to read now, if any, after checking the file.
-    fn current(&self) -> Option<Recorder> {
+    fn current(&self) -> Option<Viewer> {
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let p = self.path.display();
         let now = match identity(&self.path) {
@@ -120,7 +120,7 @@ impl Source {
         };
         match &*shown {
             Shown::Region(rec, id) if *id == Some(now) => {
-                if matches!(rec.check(), Err(AttachError::Shrunk))
+                if matches!(rec.check(), Err(SweepError::Shrunk))
                     && let Ok(again) = (self.reopen)()
                 {
                     *shown = Shown::Region(again, Some(now));

@@ -764,10 +764,7 @@ fn observer_main() {
         .map(|l| l.parse().expect("a token"))
         .collect();
     let pings = tokens.len() * MARKS_PER_REQUEST * 2;
-    let rec = edgemark::AttachOptions::new()
-        .read_only(true)
-        .attach(dir.join("vis.region"))
-        .expect("attach the region");
+    let rec = edgemark::Viewer::attach(dir.join("vis.region")).expect("attach the region");
     let node = iox_node();
     let sub = samples_service(&node, &prefix)
         .subscriber_builder()

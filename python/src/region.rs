@@ -3,9 +3,10 @@
 use std::cell::Cell;
 
 use edgemark::{
-    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, HOST_MONOTONIC,
+    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, Viewer,
+    HOST_MONOTONIC,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyPermissionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
@@ -40,7 +41,11 @@ thread_local! {
 /// elapsed time. A ``Region`` may be shared between threads.
 #[pyclass(module = "edgemark", name = "Region", frozen)]
 pub(crate) struct PyRegion {
+    /// The region's writer: disabled for a region attached read-only.
     pub(crate) rec: Recorder,
+    /// The region of a read-only attach (`rec` is then disabled); `None`
+    /// otherwise, when `rec` is read through its own viewer.
+    viewer: Option<Viewer>,
     /// Event name (str) to schema position (int), looked up by the string's
     /// cached hash: no UTF-8 conversion on the record path.
     events: Py<PyDict>,
@@ -49,9 +54,9 @@ pub(crate) struct PyRegion {
 }
 
 impl PyRegion {
-    fn wrap(py: Python<'_>, rec: Recorder) -> PyResult<PyRegion> {
+    fn wrap(py: Python<'_>, rec: Recorder, viewer: Option<Viewer>) -> PyResult<PyRegion> {
         let events = PyDict::new(py);
-        if let Some(schema) = rec.schema() {
+        if let Some(schema) = viewer.as_ref().unwrap_or(&rec).schema() {
             for (i, e) in schema.events().iter().enumerate() {
                 events.set_item(PyString::intern(py, e.name()), i)?;
             }
@@ -59,8 +64,24 @@ impl PyRegion {
         Ok(PyRegion {
             n_events: events.len(),
             rec,
+            viewer,
             events: events.unbind(),
         })
+    }
+
+    /// The region to read: the read-only attach's, or the writer's own.
+    pub(crate) fn view(&self) -> &Viewer {
+        self.viewer.as_ref().unwrap_or(&self.rec)
+    }
+
+    /// What a writing call answers when `rec` is disabled: `read_only` for
+    /// a region attached read-only, else `disabled`.
+    pub(crate) fn off(&self) -> Outcome {
+        if self.viewer.is_some() {
+            Outcome::ReadOnly
+        } else {
+            Outcome::Disabled
+        }
     }
 
     /// The schema position of `event`: an `Event` (an int) or its name.
@@ -106,7 +127,7 @@ impl PyRegion {
     }
 
     fn event_names(&self) -> Vec<String> {
-        self.rec.schema().map_or_else(Vec::new, |s| {
+        self.view().schema().map_or_else(Vec::new, |s| {
             s.events().iter().map(|e| e.name().to_owned()).collect()
         })
     }
@@ -124,7 +145,7 @@ impl PyRegion {
     ) -> PyResult<Outcome> {
         // What `do_record` does for these arguments, in its order.
         if !self.rec.is_enabled() {
-            return Ok(Outcome::Disabled);
+            return Ok(self.off());
         }
         let event = self.event_id(py, event)?;
         Ok(match token_arg(token) {
@@ -151,7 +172,7 @@ impl PyRegion {
     ) -> PyResult<Outcome> {
         // Off by default: a disabled region costs a branch.
         if !self.rec.is_enabled() {
-            return Ok(Outcome::Disabled);
+            return Ok(self.off());
         }
         let event = self.event_id(py, event)?;
         let domain = match clock_domain {
@@ -200,7 +221,7 @@ impl PyRegion {
         segment: Segment,
     ) -> Outcome {
         if !self.rec.is_enabled() {
-            return Outcome::Disabled;
+            return self.off();
         }
         let (from, to, segment) = match (from_stage.0, to_stage.0, segment.0) {
             (Ok(f), Ok(t), Ok(s)) => (f, t, s),
@@ -214,7 +235,7 @@ impl PyRegion {
 
     /// The request's snapshot; `None` for a value that is no token.
     fn snap(&self, token: &Bound<'_, PyAny>) -> Option<Snapshot> {
-        token_arg(token).ok().map(|t| self.rec.snapshot(t))
+        token_arg(token).ok().map(|t| self.view().snapshot(t))
     }
 
     /// Closes without the GIL: a close can wait (about a second at most)
@@ -381,7 +402,7 @@ impl PyRegion {
             .sparse(sparse);
         let path = path_arg(path)?;
         let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
-        PyRegion::wrap(py, rec)
+        PyRegion::wrap(py, rec, None)
     }
 
     /// A region on the heap, private to this process: the same protocol
@@ -401,7 +422,7 @@ impl PyRegion {
     ) -> PyResult<PyRegion> {
         let b = builder(edges, slots, segments, domains, false)?;
         let rec = b.create_in_memory().map_err(create_error)?;
-        PyRegion::wrap(py, rec)
+        PyRegion::wrap(py, rec, None)
     }
 
     /// Attaches to the region file at ``path``, which every field of its
@@ -434,11 +455,14 @@ impl PyRegion {
     ) -> PyResult<PyRegion> {
         let opts = AttachOptions::new()
             .allow_foreign_clock(allow_foreign_clock)
-            .allow_foreign_owner(allow_foreign_owner)
-            .read_only(read_only);
+            .allow_foreign_owner(allow_foreign_owner);
         let path = path_arg(path)?;
+        if read_only {
+            let viewer = py.detach(|| opts.view(&path)).map_err(attach_error)?;
+            return PyRegion::wrap(py, Recorder::disabled(), Some(viewer));
+        }
         let rec = py.detach(|| opts.attach(&path)).map_err(attach_error)?;
-        PyRegion::wrap(py, rec)
+        PyRegion::wrap(py, rec, None)
     }
 
     /// A region that records nothing, for collection that is off by default:
@@ -446,7 +470,7 @@ impl PyRegion {
     /// ``"disabled"``), snapshots are ``{}``. Its calls cost about a branch.
     #[staticmethod]
     fn disabled(py: Python<'_>) -> PyResult<PyRegion> {
-        PyRegion::wrap(py, Recorder::disabled())
+        PyRegion::wrap(py, Recorder::disabled(), None)
     }
 
     /// Begins a request: claims a free slot, sets the request's origin to
@@ -497,7 +521,7 @@ impl PyRegion {
                     self.event_id(py, event)?;
                     why
                 } else {
-                    Outcome::Disabled
+                    self.off()
                 };
                 LAST_OUTCOME.set(o);
                 return Ok(false);
@@ -614,7 +638,7 @@ impl PyRegion {
             let mark = Mark::new(edge, EventId(0));
             return Ok(PyHandle::new(
                 slf,
-                Err(Outcome::Disabled),
+                Err(me.off()),
                 mark,
                 label(&event.to_string()),
             ));
@@ -728,16 +752,16 @@ impl PyRegion {
     /// The tokens of every open request (one sweep of the region, without
     /// the GIL).
     fn open_requests(&self, py: Python<'_>) -> PyResult<Vec<PyToken>> {
-        let rec = &self.rec;
-        let all = py.detach(|| rec.open_requests()).map_err(sweep_error)?;
+        let view = self.view();
+        let all = py.detach(|| view.open_requests()).map_err(sweep_error)?;
         Ok(all.into_iter().map(PyToken).collect())
     }
 
     /// ``(token, snapshot)`` for every open request: one sweep of the
     /// region, taken without the GIL.
     fn snapshot_open<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let rec = &self.rec;
-        let all = py.detach(|| rec.snapshot_open()).map_err(sweep_error)?;
+        let view = self.view();
+        let all = py.detach(|| view.snapshot_open()).map_err(sweep_error)?;
         let out = PyList::empty(py);
         for (t, s) in &all {
             let t = Bound::new(py, PyToken(*t))?.into_any();
@@ -753,6 +777,11 @@ impl PyRegion {
     /// ``"mixed_pid_namespaces"`` / ``"other_pid_namespace"`` when no pid
     /// could be judged and nothing was freed (docs/limitations.md).
     fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.viewer.is_some() {
+            return Err(PyPermissionError::new_err(
+                "the region was attached read-only and this call writes it",
+            ));
+        }
         let rec = &self.rec;
         let r = py
             .detach(|| rec.reclaim_dead_owners())
@@ -768,7 +797,7 @@ impl PyRegion {
     /// "dropped_segments": n, "closed_requests": n, "reclaimed_requests":
     /// n}``.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.rec.counters();
+        let c = self.view().counters();
         let refused = PyDict::new(py);
         for (o, n) in &c.refused {
             refused.set_item(o.name(), n)?;
@@ -783,7 +812,7 @@ impl PyRegion {
 
     /// The region's geometry and identity as a dict, ``None`` when disabled.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(i) = self.rec.info() else {
+        let Some(i) = self.view().info() else {
             return Ok(None);
         };
         let d = PyDict::new(py);
@@ -816,7 +845,7 @@ impl PyRegion {
     /// Whether the region records (it is not ``Region.disabled()``).
     #[getter]
     fn enabled(&self) -> bool {
-        self.rec.is_enabled()
+        self.view().is_enabled()
     }
 
     /// The region file's path as a ``str`` (``None`` in memory or
@@ -824,13 +853,13 @@ impl PyRegion {
     /// gives it (surrogate escapes), which ``attach`` takes back unchanged.
     #[getter]
     fn path(&self) -> Option<std::ffi::OsString> {
-        self.rec.path().map(|p| p.as_os_str().to_owned())
+        self.view().path().map(|p| p.as_os_str().to_owned())
     }
 
     /// The declared edges, ``[(from_stage, to_stage), ...]`` in order.
     #[getter]
     fn edges(&self) -> Vec<(u32, u32)> {
-        self.rec.edges().iter().map(|e| (e.from, e.to)).collect()
+        self.view().edges().iter().map(|e| (e.from, e.to)).collect()
     }
 
     /// The schema's event names, in schema order.
@@ -843,7 +872,7 @@ impl PyRegion {
     /// order; the first is always ``"host_monotonic"``.
     #[getter]
     fn domains(&self) -> Vec<String> {
-        self.rec.domains()
+        self.view().domains()
     }
 
     /// Registers the clock domain ``name`` (any attached process may; a
@@ -863,7 +892,7 @@ impl PyRegion {
     }
 
     fn __repr__(&self) -> String {
-        match (self.rec.is_enabled(), self.path()) {
+        match (self.view().is_enabled(), self.path()) {
             (false, _) => "Region.disabled()".to_owned(),
             (true, Some(p)) => format!(
                 "Region({:?}, edges={:?})",

@@ -10,7 +10,9 @@
 //! state. Every other refusal of the core (duplicate, stale, closed, full
 //! region, unknown edge or domain, ...) is `False`.
 
-use edgemark::{Edge, EventId, Mark, Outcome, Recorder, RequestState, Token, HOST_MONOTONIC};
+use edgemark::{
+    Edge, EventId, Mark, Outcome, Recorder, RequestState, Token, Viewer, HOST_MONOTONIC,
+};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -70,13 +72,13 @@ pub(crate) struct PyStreamEdgeRecorder {
 
 /// The schema position of `event`: a ``StreamEdgeEvent`` or its value (a
 /// ``str``), or an ``edgemark.Event`` (an ``int``).
-fn event_id(rec: &Recorder, event: &Bound<'_, PyAny>) -> Option<EventId> {
+fn event_id(view: &Viewer, event: &Bound<'_, PyAny>) -> Option<EventId> {
     if let Ok(s) = event.cast::<PyString>() {
-        return rec.event(s.to_str().ok()?);
+        return view.event(s.to_str().ok()?);
     }
     if let Ok(i) = event.cast::<PyInt>() {
         let i: u8 = i.extract().ok()?;
-        let n = rec.schema()?.events().len();
+        let n = view.schema()?.events().len();
         return (usize::from(i) < n).then_some(EventId(i));
     }
     None
@@ -93,7 +95,7 @@ impl Target {
     /// one. (The segment check cannot be made without recording; see
     /// docs/vllm-omni.md.)
     fn refuse(&self, msg: impl FnOnce() -> String) -> PyResult<Outcome> {
-        if self.rec().snapshot(self.token).state() == RequestState::Open {
+        if self.region.get().view().snapshot(self.token).state() == RequestState::Open {
             Err(PyValueError::new_err(msg()))
         } else {
             Ok(Outcome::Closed)
@@ -284,7 +286,7 @@ impl PyStreamEdgeRecorder {
             .clone();
         let (path, token) = match &me.target {
             None => (None, None),
-            Some(t) => match t.rec().path() {
+            Some(t) => match t.region.get().view().path() {
                 // A str (not a pathlib.Path): shorter, and what `Region.path` gives.
                 Some(p) => (Some(p.as_os_str().to_owned()), Some(t.token.to_string())),
                 None => {

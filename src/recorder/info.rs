@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::Recorder;
+use super::Viewer;
 use crate::clock::Clock;
 use crate::mark::Edge;
 use crate::process;
@@ -11,7 +11,7 @@ use crate::report::{self, Counters, Owner, RegionInfo};
 use crate::schema::{EventId, Schema};
 use crate::token::Token;
 
-impl Recorder {
+impl Viewer {
     /// Every clock domain of the region, declared and registered, in id
     /// order; empty when disabled.
     pub fn domains(&self) -> Vec<String> {

@@ -16,7 +16,7 @@ use crate::mark::{Edge, EdgeIndex};
 use crate::outcome::Outcome;
 use crate::process;
 use crate::protocol::{Both, Closed, Discard, Occupant, Proto, Tally};
-use crate::region::{self, Access, AttachError, Header, Storage};
+use crate::region::{self, AttachError, Header, Storage};
 use crate::report::PidsUnjudged;
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::Token;
@@ -107,17 +107,81 @@ struct Inner {
 /// assert_eq!(last.segment(edge, 0).unwrap().first_chunk_seq(), Some(3));
 /// assert_eq!(rec.record(token, Mark::new(edge, Event::ConsumerFirstAccept)), Outcome::Closed);
 /// ```
+///
+/// Everything a [`Viewer`] reads, a recorder reads too: it dereferences to
+/// its viewer (`&Recorder` goes wherever `&Viewer` is asked for).
 #[derive(Clone)]
 pub struct Recorder {
+    /// The region, read through the viewer; a recorder's region is mapped
+    /// for writing.
+    view: Viewer,
+}
+
+/// A read-only handle on a region: snapshots, sweeps, counters, histograms
+/// and what the region declares, and nothing that writes. Cheap to clone
+/// (one `Arc`), `Send` and `Sync`.
+///
+/// [`AttachOptions::view`] (or [`Viewer::attach`]) opens and maps a region
+/// file for reading only, which read permission on the file allows: what a
+/// monitoring user needs. A [`Recorder`] dereferences to the viewer of its
+/// own region.
+///
+/// ```
+/// # use edgemark::{Recorder, Viewer};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("r.region");
+/// let owner = Recorder::builder().edge(0, 1).create(&path)?;
+/// let t = owner.begin().unwrap();
+/// let viewer = Viewer::attach(&path)?;
+/// assert_eq!(viewer.open_requests()?, vec![t]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A viewer cannot write, as a type: this does not compile.
+///
+/// ```compile_fail
+/// # use edgemark::{Edge, Event, Mark, Recorder, Viewer};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("r.region");
+/// # let owner = Recorder::builder().edge(0, 1).create(&path)?;
+/// # let t = owner.begin().unwrap();
+/// let viewer = Viewer::attach(&path)?;
+/// viewer.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Viewer {
     inner: Option<Arc<Inner>>,
+}
+
+impl std::ops::Deref for Recorder {
+    type Target = Viewer;
+
+    #[inline]
+    fn deref(&self) -> &Viewer {
+        &self.view
+    }
 }
 
 impl fmt::Debug for Recorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.view.debug("Recorder", f)
+    }
+}
+
+impl fmt::Debug for Viewer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.debug("Viewer", f)
+    }
+}
+
+impl Viewer {
+    /// The `Debug` text of a handle of type `name` on this region.
+    fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
-            None => f.write_str("Recorder(disabled)"),
+            None => write!(f, "{name}(disabled)"),
             Some(i) => f
-                .debug_struct("Recorder")
+                .debug_struct(name)
                 .field("path", &i.path)
                 .field("region_id", &format_args!("{:016x}", i.header.region_id))
                 .field("edges", &i.header.edges)
@@ -209,8 +273,8 @@ impl Inner {
     }
 }
 
-impl Recorder {
-    /// The protocol view, if this recorder is enabled.
+impl Viewer {
+    /// The protocol view, if this handle is enabled.
     #[inline]
     fn live(&self) -> Option<Live<'_>> {
         let inner = self.inner.as_deref()?;
@@ -230,17 +294,15 @@ impl Recorder {
         let req = live.inner.occupant(token).ok()?;
         Some((live, req))
     }
+}
 
-    /// The protocol view for a call that writes the region: enabled and not
-    /// attached read-only.
+impl Recorder {
+    /// The protocol view for a call that writes the region (only a recorder
+    /// has them, and its region is mapped for writing): [`Outcome::Disabled`]
+    /// when disabled.
     #[inline]
     fn live_mut(&self) -> Result<Live<'_>, Outcome> {
-        let live = self.live().ok_or(Outcome::Disabled)?;
-        if live.inner.storage.access() == Access::ReadWrite {
-            Ok(live)
-        } else {
-            Err(Outcome::ReadOnly)
-        }
+        self.live().ok_or(Outcome::Disabled)
     }
 }
 
@@ -260,7 +322,30 @@ impl Recorder {
     /// A recorder that records nothing: every call returns
     /// [`Outcome::Disabled`] or an empty snapshot.
     pub const fn disabled() -> Recorder {
-        Recorder { inner: None }
+        Recorder {
+            view: Viewer { inner: None },
+        }
+    }
+
+    /// A recorder on a region whose storage is writable.
+    fn from_header(
+        storage: Storage,
+        header: Header,
+        path: Option<PathBuf>,
+        clock: ClockShare,
+    ) -> Recorder {
+        Recorder {
+            view: Viewer::from_header(storage, header, path, clock),
+        }
+    }
+}
+
+impl Viewer {
+    /// Attaches to an existing region file to read it only, with default
+    /// options: the same as `AttachOptions::new().view(path)`.
+    #[cfg(not(edgemark_loom))]
+    pub fn attach(path: impl AsRef<Path>) -> Result<Viewer, AttachError> {
+        AttachOptions::new().view(path)
     }
 
     fn from_header(
@@ -268,10 +353,10 @@ impl Recorder {
         header: Header,
         path: Option<PathBuf>,
         clock: ClockShare,
-    ) -> Recorder {
-        let writable = storage.access() == Access::ReadWrite;
-        let events = RecordSpec::table(&header, writable && clock.reads_clock());
-        Recorder {
+    ) -> Viewer {
+        // Only a recorder records, and its storage is writable.
+        let events = RecordSpec::table(&header, clock.reads_clock());
+        Viewer {
             inner: Some(Arc::new(Inner {
                 names: Arc::new(Catalog::new(Arc::clone(&header.schema))),
                 edge_index: EdgeIndex::new(&header.edges),
@@ -288,12 +373,15 @@ impl Recorder {
         }
     }
 
-    /// Whether this recorder records (it is not [`Recorder::disabled`]).
+    /// Whether this handle is on a region (it is not
+    /// [`Recorder::disabled`]).
     #[inline]
     pub fn is_enabled(&self) -> bool {
         self.inner.is_some()
     }
+}
 
+impl Recorder {
     /// Begins a request: claims a free slot, sets the request's origin to
     /// now on the shared clock, and mints its token.
     ///
@@ -389,9 +477,6 @@ impl Recorder {
         let Some((Live { inner, proto }, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
-        if inner.storage.access() == Access::ReadOnly {
-            return Snapshot::gone();
-        }
         if inner.storage.faulted() {
             return Snapshot::empty(RequestState::Faulted);
         }
@@ -432,6 +517,15 @@ impl Recorder {
         }
     }
 
+    /// A detached snapshot of the request as it is now: the same as
+    /// [`Viewer::snapshot`] of this recorder's viewer.
+    #[inline]
+    pub fn snapshot(&self, token: Token) -> Snapshot {
+        self.view.snapshot(token)
+    }
+}
+
+impl Viewer {
     /// A detached snapshot of the request as it is now. An empty snapshot in
     /// state [`RequestState::Gone`] if the token names no open request.
     pub fn snapshot(&self, token: Token) -> Snapshot {

@@ -1,10 +1,10 @@
 //! Reads of every slot: sweeps of the open requests, reclaims of dead
 //! owners, and the histograms of closed requests.
 
-use super::{Live, Recorder, holder};
+use super::{Live, Recorder, Viewer, holder};
 use crate::process;
 use crate::protocol::{Found, Reclaimed};
-use crate::region::{Access, AttachError};
+use crate::region::SweepError;
 use crate::report::{self, EdgeHistogram, Owner, ReclaimReport};
 use crate::snapshot::{RequestState, Snapshot};
 use crate::token::Token;
@@ -14,7 +14,7 @@ impl Live<'_> {
     /// as an access found the file shrunk (its pages then read as zeros).
     /// Slots in a hole of the file are skipped: never written, they are
     /// free ([`Storage::slot_runs`]).
-    fn sweep(&self, f: impl FnMut(Found)) -> Result<(), AttachError> {
+    fn sweep(&self, f: impl FnMut(Found)) -> Result<(), SweepError> {
         self.sweep_runs(|from, to| self.proto.open_slots(from, to), f)
     }
 
@@ -27,7 +27,7 @@ impl Live<'_> {
         &self,
         mut each: impl FnMut(u32, u32) -> I,
         mut f: impl FnMut(I::Item),
-    ) -> Result<(), AttachError> {
+    ) -> Result<(), SweepError> {
         let storage = &self.inner.storage;
         let mut faulted = false;
         storage.slot_runs(&self.inner.header.layout, |from, to| {
@@ -49,11 +49,11 @@ impl Live<'_> {
     }
 }
 
-impl Recorder {
+impl Viewer {
     /// The protocol view for a sweep of all slots: `None` when disabled, an
     /// error if the region's file no longer has its full length (see
-    /// [`Recorder::check`]).
-    fn live_for_sweep(&self) -> Result<Option<Live<'_>>, AttachError> {
+    /// [`Viewer::check`]).
+    fn live_for_sweep(&self) -> Result<Option<Live<'_>>, SweepError> {
         match self.live() {
             None => Ok(None),
             Some(live) => live.inner.storage.check_len().map(|()| Some(live)),
@@ -61,14 +61,14 @@ impl Recorder {
     }
 }
 
-impl Recorder {
+impl Viewer {
     /// Checks that the region's file still has its full length and that no
     /// access has found it shrunk since it was attached (another process
     /// with write access can shrink it; see `docs/design.md`, "A file shrunk
     /// under a mapping"). Sweeps of all slots call this first and fail with
     /// its error; single-request calls do not (it is a system call). An
     /// in-memory region always passes.
-    pub fn check(&self) -> Result<(), AttachError> {
+    pub fn check(&self) -> Result<(), SweepError> {
         self.live()
             .map_or(Ok(()), |live| live.inner.storage.check_len())
     }
@@ -76,18 +76,18 @@ impl Recorder {
     /// The tokens of every open request, in slot order (a sweep of all
     /// slots). Empty when disabled.
     ///
-    /// Errors: what [`Recorder::check`] says before the sweep, or
-    /// [`AttachError::Shrunk`] if the file was found shrunk during it.
-    pub fn open_requests(&self) -> Result<Vec<Token>, AttachError> {
+    /// Errors: what [`Viewer::check`] says before the sweep, or
+    /// [`SweepError::Shrunk`] if the file was found shrunk during it.
+    pub fn open_requests(&self) -> Result<Vec<Token>, SweepError> {
         self.check()?;
         self.open_requests_checked()
     }
 
-    /// [`Recorder::open_requests`] for a caller that has just run
-    /// [`Recorder::check`] and runs it again after (the exporter's scrape):
+    /// [`Viewer::open_requests`] for a caller that has just run
+    /// [`Viewer::check`] and runs it again after (the exporter's scrape):
     /// the sweep still fails on a page lost during it, without a second
     /// `fstat`.
-    pub(crate) fn open_requests_checked(&self) -> Result<Vec<Token>, AttachError> {
+    pub(crate) fn open_requests_checked(&self) -> Result<Vec<Token>, SweepError> {
         let mut out = Vec::new();
         if let Some(live) = self.live() {
             live.sweep(|found| out.push(live.inner.token(found.req)))?;
@@ -96,22 +96,22 @@ impl Recorder {
     }
 
     /// Snapshots of every open request: one sweep of the region, collected.
-    /// [`Recorder::for_each_open`] does the same without holding them all.
-    /// Errors as [`Recorder::for_each_open`].
-    pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, AttachError> {
+    /// [`Viewer::for_each_open`] does the same without holding them all.
+    /// Errors as [`Viewer::for_each_open`].
+    pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, SweepError> {
         let mut out = Vec::new();
         self.snapshot_open_into(&mut out)?;
         Ok(out)
     }
 
-    /// [`Recorder::snapshot_open`] into a buffer the caller keeps between
+    /// [`Viewer::snapshot_open`] into a buffer the caller keeps between
     /// sweeps: `out` is replaced by the snapshots of every open request, and
     /// its storage, and that of the snapshots already in it, is reused. A
     /// sweep into a buffer that an earlier sweep of as many requests filled
     /// allocates nothing, as long as no request has more than two edge
     /// segments with events (a snapshot holds two inline).
     ///
-    /// Errors as [`Recorder::for_each_open`]; on an error `out` holds the
+    /// Errors as [`Viewer::for_each_open`]; on an error `out` holds the
     /// snapshots swept before it.
     ///
     /// ```
@@ -126,9 +126,9 @@ impl Recorder {
     ///     assert_eq!(open.len(), 1);
     ///     assert_eq!(open[0].0, t);
     /// }
-    /// # Ok::<(), edgemark::AttachError>(())
+    /// # Ok::<(), edgemark::SweepError>(())
     /// ```
-    pub fn snapshot_open_into(&self, out: &mut Vec<(Token, Snapshot)>) -> Result<(), AttachError> {
+    pub fn snapshot_open_into(&self, out: &mut Vec<(Token, Snapshot)>) -> Result<(), SweepError> {
         let mut filled = 0;
         let swept = match self.live_for_sweep() {
             Ok(None) => Ok(()),
@@ -164,10 +164,10 @@ impl Recorder {
     /// that it refills in place, so a sweep of requests with up to two edge
     /// segments with events allocates nothing and touches no reference
     /// count. Clone it to keep it (or collect the sweep with
-    /// [`Recorder::snapshot_open`]).
+    /// [`Viewer::snapshot_open`]).
     ///
-    /// Errors: what [`Recorder::check`] says before the sweep (nothing is
-    /// swept), or [`AttachError::Shrunk`] if the file was found shrunk
+    /// Errors: what [`Viewer::check`] says before the sweep (nothing is
+    /// swept), or [`SweepError::Shrunk`] if the file was found shrunk
     /// during it (the sweep stops there; what `f` was given before is
     /// real).
     ///
@@ -191,9 +191,9 @@ impl Recorder {
     /// assert_eq!(kept[0].0, busy);
     /// assert_eq!(kept[0].1, rec.snapshot(busy));
     /// # let _ = idle;
-    /// # Ok::<(), edgemark::AttachError>(())
+    /// # Ok::<(), edgemark::SweepError>(())
     /// ```
-    pub fn for_each_open(&self, mut f: impl FnMut(Token, &Snapshot)) -> Result<(), AttachError> {
+    pub fn for_each_open(&self, mut f: impl FnMut(Token, &Snapshot)) -> Result<(), SweepError> {
         let Some(live) = self.live_for_sweep()? else {
             return Ok(());
         };
@@ -212,7 +212,9 @@ impl Recorder {
             }
         })
     }
+}
 
+impl Recorder {
     /// Frees the slots of dead processes: open requests whose owner (the
     /// process that began them, by pid and start time, so a reused pid does
     /// not fool it) is gone, and control operations whose process died
@@ -228,30 +230,27 @@ impl Recorder {
     /// [`ReclaimReport::unjudged`] then says which.
     ///
     /// Errors: as [`Recorder::reclaim_where`].
-    pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, AttachError> {
+    pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, SweepError> {
         self.reclaim_dead(false)
     }
 
     /// [`Recorder::reclaim_dead_owners`] that judges every owner and lock
     /// holder as a process of this process's pid namespace, even when the
     /// region is shared across pid namespaces
-    /// ([`RegionInfo::pids_unjudged`]). Use it only when the processes of
+    /// ([`RegionInfo::pids_unjudged`](crate::RegionInfo::pids_unjudged)). Use it only when the processes of
     /// other namespaces that attached are gone or never began a request:
     /// a live owner there whose pid names no process here loses its
     /// request.
     ///
     /// Errors: as [`Recorder::reclaim_where`].
-    pub fn reclaim_dead_owners_in_this_namespace(&self) -> Result<ReclaimReport, AttachError> {
+    pub fn reclaim_dead_owners_in_this_namespace(&self) -> Result<ReclaimReport, SweepError> {
         self.reclaim_dead(true)
     }
 
-    fn reclaim_dead(&self, judge_anyway: bool) -> Result<ReclaimReport, AttachError> {
+    fn reclaim_dead(&self, judge_anyway: bool) -> Result<ReclaimReport, SweepError> {
         let Some(Live { inner, .. }) = self.live() else {
             return Ok(ReclaimReport::default());
         };
-        if inner.storage.access() == Access::ReadOnly {
-            return Err(AttachError::ReadOnly);
-        }
         if let (Some(why), false) = (inner.pids_unjudged(), judge_anyway) {
             // Still fail as a sweep would on a damaged mapping.
             inner.storage.check_len()?;
@@ -276,23 +275,19 @@ impl Recorder {
     /// request, `holder_dead` for the pid holding a slot's control lock.
     /// A slot that changes while it is judged is left alone.
     ///
-    /// Errors: [`AttachError::ReadOnly`] for a read-only recorder; what
-    /// [`Recorder::check`] says before the sweep; [`AttachError::Shrunk`] if
+    /// Errors: what [`Viewer::check`] says before the sweep; [`SweepError::Shrunk`] if
     /// the file was found shrunk during it (what was freed before stays
     /// freed).
     pub fn reclaim_where(
         &self,
         owner_dead: impl Fn(Owner) -> bool,
         holder_dead: impl Fn(u32) -> bool,
-    ) -> Result<ReclaimReport, AttachError> {
+    ) -> Result<ReclaimReport, SweepError> {
         let mut report = ReclaimReport::default();
         let Some(live) = self.live_for_sweep()? else {
             return Ok(report);
         };
-        let Live { inner, proto } = live;
-        if inner.storage.access() == Access::ReadOnly {
-            return Err(AttachError::ReadOnly);
-        }
+        let proto = live.proto;
         let me = holder();
         let owner_alive = |owner| !owner_dead(owner);
         let holder_alive = |pid| !holder_dead(pid);
@@ -309,21 +304,23 @@ impl Recorder {
         )?;
         Ok(report)
     }
+}
 
+impl Viewer {
     /// The histograms of every closed request's values and deltas, per edge:
     /// for each edge, one per schema event, then one per delta between
     /// consecutive events (recorded in one clock domain, in order).
     ///
-    /// Empty when disabled. Errors as [`Recorder::check`], before or after
+    /// Empty when disabled. Errors as [`Viewer::check`], before or after
     /// the histograms are read.
-    pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
+    pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, SweepError> {
         self.check()?;
         self.histograms_checked()
     }
 
-    /// [`Recorder::histograms`] for a caller that runs [`Recorder::check`]
-    /// before and after ([`Recorder::open_requests_checked`]).
-    pub(crate) fn histograms_checked(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
+    /// [`Viewer::histograms`] for a caller that runs [`Viewer::check`]
+    /// before and after ([`Viewer::open_requests_checked`]).
+    pub(crate) fn histograms_checked(&self) -> Result<Vec<EdgeHistogram>, SweepError> {
         let Some(Live { inner, proto }) = self.live() else {
             return Ok(Vec::new());
         };

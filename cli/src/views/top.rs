@@ -24,8 +24,8 @@ use crossterm::terminal::{
 };
 use crossterm::{cursor, execute};
 use edgemark::{
-    AttachOptions, Counters, DomainId, EdgeHistogram, EventId, Histogram, Outcome, Recorder,
-    RegionInfo, Token,
+    AttachOptions, Counters, DomainId, EdgeHistogram, EventId, Histogram, Outcome, RegionInfo,
+    Token, Viewer,
 };
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -38,7 +38,7 @@ use super::data::{quantile, short_event, short_metric, since};
 
 /// Runs `edgemark top` on the region at `path` (already attached as `rec`)
 /// until `q`, Esc or Ctrl-C, refreshing every `interval` seconds.
-pub(crate) fn run(rec: Recorder, path: &Path, interval: f64) -> Result<()> {
+pub(crate) fn run(rec: Viewer, path: &Path, interval: f64) -> Result<()> {
     if !(interval.is_finite() && (0.05..=3600.0).contains(&interval)) {
         bail!("--interval must be a number of seconds from 0.05 to 3600");
     }
@@ -130,7 +130,7 @@ struct Rates {
 
 #[derive(Debug)]
 struct Top {
-    rec: Recorder,
+    rec: Viewer,
     path: PathBuf,
     info: RegionInfo,
     events: Vec<String>,
@@ -152,7 +152,7 @@ struct Top {
 }
 
 impl Top {
-    fn new(rec: Recorder, path: &Path, interval: Duration) -> Result<Top> {
+    fn new(rec: Viewer, path: &Path, interval: Duration) -> Result<Top> {
         let info = rec
             .info()
             .ok_or_else(|| anyhow!("the recorder is disabled"))?;
@@ -217,8 +217,7 @@ impl Top {
         let again = AttachOptions::new()
             .allow_foreign_clock(true)
             .allow_foreign_owner(true)
-            .read_only(true)
-            .attach(&self.path)
+            .view(&self.path)
             .map_err(|e| anyhow!("{p}: the region is no longer valid: {e}"))?;
         if again.info().map(|i| i.region_id) != Some(self.info.region_id) {
             bail!("{p}: another region replaced the one shown");
