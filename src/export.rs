@@ -242,11 +242,11 @@ impl Collector for RegionCollector {
 
 fn encode_histogram(
     mut m: prometheus_client::encoding::MetricEncoder<'_>,
-    h: &crate::Histogram,
+    h: &crate::report::Histogram,
 ) -> Result<(), std::fmt::Error> {
     // prometheus-client takes each bucket's own count and accumulates. The
     // region keeps milliseconds; Prometheus names seconds.
-    let buckets: Vec<(f64, u64)> = crate::BUCKETS_MS
+    let buckets: Vec<(f64, u64)> = crate::report::BUCKETS_MS
         .iter()
         .map(|ms| ms / 1000.0)
         .chain([f64::INFINITY])

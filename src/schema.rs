@@ -113,7 +113,7 @@ impl EventSpec {
 /// The default is [`Schema::stream_edges`].
 ///
 /// ```
-/// use edgemark::Schema;
+/// use edgemark::schema::Schema;
 /// let schema = Schema::stream_edges().with_domain("sender").unwrap();
 /// assert_eq!(schema.domains(), ["host_monotonic", "sender"]);
 /// assert_eq!(schema.events().len(), 4);

@@ -68,7 +68,7 @@ fn exercise(rec: &Recorder) -> (usize, bool) {
     let hs = rec.histograms().unwrap();
     assert!(
         hs.iter()
-            .all(|h| h.histogram.buckets.len() == edgemark::BUCKETS_MS.len() + 1)
+            .all(|h| h.histogram.buckets.len() == edgemark::report::BUCKETS_MS.len() + 1)
     );
     let open = rec.snapshot_open().unwrap();
     assert!(open.len() <= info.slots as usize);
@@ -554,7 +554,11 @@ fn bad_timestamps_give_an_outcome_and_write_nothing() {
         (-0.001, "host_monotonic", Outcome::Invalid),
         (f64::NEG_INFINITY, "gpu", Outcome::Invalid),
         (f64::NAN, "gpu", Outcome::Invalid),
-        (edgemark::MAX_ELAPSED_MS * 2.0, "gpu", Outcome::OutOfRange),
+        (
+            edgemark::limits::MAX_ELAPSED_MS * 2.0,
+            "gpu",
+            Outcome::OutOfRange,
+        ),
         (1e300, "host_monotonic", Outcome::OutOfRange),
         (1.0, "", Outcome::UnknownDomain),
         (1.0, "  ", Outcome::UnknownDomain),

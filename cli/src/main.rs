@@ -331,7 +331,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             group_access,
             clock,
         } => {
-            let asked: edgemark::Clock = clock.parse().map_err(anyhow::Error::msg)?;
+            let asked: edgemark::clock::Clock = clock.parse().map_err(anyhow::Error::msg)?;
             // The library refuses both with one message; say which it is.
             for (i, e) in edges.iter().enumerate() {
                 if e.from == e.to {
@@ -574,7 +574,7 @@ fn remove_if_abandoned_region(rec: &Recorder, path: &Path) -> Result<()> {
 
 /// The pid-namespace lines of `inspect`: whether pids are judged, and why
 /// not.
-fn pids_text(info: &edgemark::RegionInfo) -> String {
+fn pids_text(info: &edgemark::report::RegionInfo) -> String {
     match info.pids_unjudged {
         None => "judged (reclaim frees dead owners)".to_owned(),
         Some(why) => format!("NOT judged: {why}; reclaim frees nothing unless --judge-pids"),

@@ -156,7 +156,7 @@ pub(crate) fn parse_edge(s: &str) -> Result<Edge, String> {
     Ok(Edge::new(n(a)?, n(b)?))
 }
 
-fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::EventId> {
+fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::schema::EventId> {
     rec.event(name)
         .ok_or_else(|| anyhow!("the region's schema has no event {name:?}"))
 }

@@ -26,7 +26,7 @@ mod snapshot;
 mod stream_edge;
 mod token;
 
-use edgemark::HOST_MONOTONIC;
+use edgemark::schema::HOST_MONOTONIC;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -46,7 +46,7 @@ fn default_dir() -> String {
 /// reads.
 #[pyfunction]
 fn monotonic_ns() -> u64 {
-    edgemark::monotonic_ns()
+    edgemark::clock::monotonic_ns()
 }
 
 /// The native part of the ``edgemark`` package.
@@ -68,8 +68,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_dir, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;
     m.add("HOST_MONOTONIC", HOST_MONOTONIC)?;
-    m.add("MAX_ELAPSED_MS", edgemark::MAX_ELAPSED_MS)?;
-    m.add("MAX_CHUNK_SEQ", edgemark::MAX_CHUNK_SEQ)?;
+    m.add("MAX_ELAPSED_MS", edgemark::limits::MAX_ELAPSED_MS)?;
+    m.add("MAX_CHUNK_SEQ", edgemark::limits::MAX_CHUNK_SEQ)?;
     m.add("OUTCOME_NAMES", outcome::outcome_names(py)?)?;
     m.add(
         "EVENT_NAMES",

@@ -2,10 +2,9 @@
 
 use std::cell::Cell;
 
-use edgemark::{
-    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, Viewer,
-    HOST_MONOTONIC,
-};
+use edgemark::{AttachOptions, Edge, Mark, Outcome, Recorder, RequestState, Snapshot, Viewer};
+
+use edgemark::schema::{EventId, HOST_MONOTONIC};
 use pyo3::exceptions::{PyPermissionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -389,8 +388,8 @@ impl PyRegion {
         sparse: bool,
     ) -> PyResult<PyRegion> {
         let clock = match clock {
-            "monotonic" => edgemark::Clock::Monotonic,
-            "counter" => edgemark::Clock::Counter,
+            "monotonic" => edgemark::clock::Clock::Monotonic,
+            "counter" => edgemark::clock::Clock::Counter,
             other => {
                 return Err(PyValueError::new_err(format!(
                     "clock is \"monotonic\" or \"counter\", not {other:?}"
@@ -830,7 +829,7 @@ impl PyRegion {
         d.set_item(
             "clock",
             match i.clock_kind {
-                edgemark::Clock::Counter => "counter",
+                edgemark::clock::Clock::Counter => "counter",
                 _ => "monotonic",
             },
         )?;

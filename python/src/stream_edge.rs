@@ -10,9 +10,9 @@
 //! state. Every other refusal of the core (duplicate, stale, closed, full
 //! region, unknown edge or domain, ...) is `False`.
 
-use edgemark::{
-    Edge, EventId, Mark, Outcome, Recorder, RequestState, Token, Viewer, HOST_MONOTONIC,
-};
+use edgemark::{Edge, Mark, Outcome, Recorder, RequestState, Token, Viewer};
+
+use edgemark::schema::{EventId, HOST_MONOTONIC};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;

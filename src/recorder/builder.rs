@@ -105,7 +105,7 @@ impl RegionBuilder {
     /// [`Clock::Monotonic`]: [`Viewer::clock`](crate::Viewer::clock) says which it got.
     ///
     /// ```
-    /// # use edgemark::{Clock, Recorder};
+    /// # use edgemark::{Recorder, clock::Clock};
     /// let rec = Recorder::builder()
     ///     .edge(0, 1)
     ///     .clock(Clock::Counter)

@@ -16,7 +16,7 @@ use crate::word::{self, CellWord};
 pub(super) const EVENT_IDS: usize = 1 << u8::BITS;
 
 /// What the record path needs of one schema event (of its
-/// [`EventSpec`](crate::EventSpec), and of this process's access).
+/// [`EventSpec`](crate::schema::EventSpec), and of this process's access).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RecordSpec {
     /// The event's clock domain.
@@ -209,7 +209,7 @@ impl Recorder {
     /// elapsed time is refused as [`Outcome::Invalid`] and leaves no state.
     /// `"host_monotonic"` is refused as [`Outcome::ClockMismatch`] (counted)
     /// by a process that does not share the region's clock, and in a region
-    /// whose shared clock is the counter ([`crate::Clock::Counter`]), where
+    /// whose shared clock is the counter ([`crate::clock::Clock::Counter`]), where
     /// only the clock-reading [`Recorder::record`] fills that domain.
     /// Values are kept to the microsecond.
     ///
@@ -277,7 +277,7 @@ impl Recorder {
     /// The id of the clock domain `name`, registering it in the region if no
     /// process has yet. Registration is lock-free and idempotent: processes
     /// that register one name at once get one id. A region holds at most
-    /// [`MAX_DOMAINS`](crate::MAX_DOMAINS) domains, declared and registered
+    /// [`MAX_DOMAINS`](crate::limits::MAX_DOMAINS) domains, declared and registered
     /// together.
     ///
     /// Errors: [`Outcome::UnknownDomain`] for a name that cannot name a
@@ -287,7 +287,7 @@ impl Recorder {
     /// [`Outcome::Disabled`].
     ///
     /// ```
-    /// # use edgemark::{DomainId, Recorder};
+    /// # use edgemark::{Recorder, schema::DomainId};
     /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
     /// assert_eq!(rec.register_domain("host_monotonic"), Ok(DomainId::HOST_MONOTONIC));
     /// let sender = rec.register_domain("sender").unwrap();

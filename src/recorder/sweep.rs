@@ -237,7 +237,7 @@ impl Recorder {
     /// [`Recorder::reclaim_dead_owners`] that judges every owner and lock
     /// holder as a process of this process's pid namespace, even when the
     /// region is shared across pid namespaces
-    /// ([`RegionInfo::pids_unjudged`](crate::RegionInfo::pids_unjudged)). Use it only when the processes of
+    /// ([`RegionInfo::pids_unjudged`](crate::report::RegionInfo::pids_unjudged)). Use it only when the processes of
     /// other namespaces that attached are gone or never began a request:
     /// a live owner there whose pid names no process here loses its
     /// request.

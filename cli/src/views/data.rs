@@ -3,7 +3,7 @@
 //! `metrics["stream_edge_metrics"]` form).
 
 use anyhow::{Context, Result, anyhow, bail};
-use edgemark::{BUCKETS_MS, EdgeHistogram, Histogram};
+use edgemark::report::{BUCKETS_MS, EdgeHistogram, Histogram};
 use serde_json::Value;
 
 /// Short labels of the default schema's four events, in schema order.

@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use edgemark::{HOST_MONOTONIC, Snapshot};
+use edgemark::Snapshot;
+use edgemark::schema::HOST_MONOTONIC;
 
 use super::data::{Collected, RequestRow, SegmentRow, percentile, short_event};
 

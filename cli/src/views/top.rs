@@ -23,10 +23,9 @@ use crossterm::terminal::{
     EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
 };
 use crossterm::{cursor, execute};
-use edgemark::{
-    AttachOptions, Counters, DomainId, EdgeHistogram, EventId, Histogram, Outcome, RegionInfo,
-    Token, Viewer,
-};
+use edgemark::report::{Counters, EdgeHistogram, Histogram, RegionInfo};
+use edgemark::schema::{DomainId, EventId};
+use edgemark::{AttachOptions, Outcome, Token, Viewer};
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style, Stylize};
@@ -186,7 +185,7 @@ impl Top {
     }
 
     /// The region's histograms, or why they cannot be read.
-    fn read_histograms(&self) -> Result<Vec<edgemark::EdgeHistogram>> {
+    fn read_histograms(&self) -> Result<Vec<edgemark::report::EdgeHistogram>> {
         self.rec.histograms().map_err(|e| {
             anyhow!(
                 "{}: the region changed under this process: {e}",
@@ -454,7 +453,7 @@ impl Top {
     fn draw_latency(&self, f: &mut Frame<'_>, area: Rect) {
         let ms = |v: Option<f64>| match v {
             None => "-".to_owned(),
-            Some(x) if x.is_infinite() => format!(">{}", edgemark::BUCKETS_MS[14]),
+            Some(x) if x.is_infinite() => format!(">{}", edgemark::report::BUCKETS_MS[14]),
             Some(x) => format!("{x:.2}"),
         };
         // Every column as wide as its widest entry, so that no label is cut
@@ -468,7 +467,7 @@ impl Top {
             &mut self.latency.iter().map(|(_, m, _)| m.chars().count()),
             "boundary / delta",
         );
-        let bars_w = (edgemark::BUCKETS_MS.len() + 1).max("per bucket".len()) as u16;
+        let bars_w = (edgemark::report::BUCKETS_MS.len() + 1).max("per bucket".len()) as u16;
         let fixed = 2 + edge_w + 1 + metric_w + 1 + 7 + 3 * (1 + 9);
         let bars = area.width >= fixed + 1 + bars_w;
         let rows = self.latency.iter().map(|(edge, metric, h)| {
