@@ -200,6 +200,15 @@ struct Live<'a> {
 }
 
 impl Inner {
+    /// The protocol over this region's words: the one place it is formed.
+    #[inline]
+    fn proto(&self) -> Proto<'_> {
+        Proto {
+            words: self.storage.words(),
+            layout: &self.header.layout,
+        }
+    }
+
     /// The token of a request of this region.
     fn token(&self, req: Occupant) -> Token {
         Token {
@@ -280,10 +289,7 @@ impl Viewer {
         let inner = self.inner.as_deref()?;
         Some(Live {
             inner,
-            proto: Proto {
-                words: inner.storage.words(),
-                layout: &inner.header.layout,
-            },
+            proto: inner.proto(),
         })
     }
 

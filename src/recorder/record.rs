@@ -6,7 +6,7 @@ use crate::clock;
 use crate::domains::RegisterError;
 use crate::mark::Mark;
 use crate::outcome::Outcome;
-use crate::protocol::{Occupant, Proto};
+use crate::protocol::Occupant;
 use crate::region::Header;
 use crate::schema::DomainId;
 use crate::token::Token;
@@ -102,10 +102,7 @@ impl Inner {
         event: u8,
         chunk: Option<u64>,
     ) -> Outcome {
-        let proto = Proto {
-            words: self.storage.words(),
-            layout: &self.header.layout,
-        };
+        let proto = self.proto();
         let counter = self.counter;
         proto.record(req, edge, segment, usize::from(event), |origin| {
             // One branch on the region's clock kind, which never changes.
