@@ -59,9 +59,7 @@ impl Viewer {
             Some(live) => live.inner.storage.check_len().map(|()| Some(live)),
         }
     }
-}
 
-impl Viewer {
     /// Checks that the region's file still has its full length and that no
     /// access has found it shrunk since it was attached (another process
     /// with write access can shrink it; see `docs/design.md`, "A file shrunk
