@@ -34,7 +34,8 @@ mod common;
 
 use common::{MARKS_PER_REQUEST, ROLE, marks};
 use criterion::{Criterion, criterion_group};
-use edgemark::{Outcome, Recorder, Token, monotonic_ns};
+use edgemark::clock::monotonic_ns;
+use edgemark::{Outcome, Recorder, Token};
 
 /// The region file a writer process attaches to.
 const REGION: &str = "EDGEMARK_BENCH_REGION";

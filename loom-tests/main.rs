@@ -1002,7 +1002,7 @@ type Took = (u32, Option<u64>);
 /// words keep loom's exploration short), with `slots` slots and a ring of
 /// `entries`.
 fn ring_region(slots: u32, entries: u32) -> Recorder {
-    let schema = edgemark::Schema::empty()
+    let schema = edgemark::schema::Schema::empty()
         .with_event(P.name(), DOMAIN, true)
         .expect("a valid schema");
     Recorder::builder()
@@ -1065,9 +1065,12 @@ fn m10a_two_closers_and_a_reader() {
                 .iter()
                 .all(|&&(slot, v)| v == Some(if slot == 0 { 1000 } else { 2000 }))
     });
-    assert_seen(NAME, &seen, "the reader taking one during the closes", |o| {
-        o.0.len() == 1
-    });
+    assert_seen(
+        NAME,
+        &seen,
+        "the reader taking one during the closes",
+        |o| o.0.len() == 1,
+    );
     assert_seen(NAME, &seen, "the reader taking both", |o| o.0.len() == 2);
     assert_seen(NAME, &seen, "the reader taking none", |o| o.0.is_empty());
 }

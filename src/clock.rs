@@ -1,5 +1,6 @@
-//! The shared clock and the identity of the clock it belongs to (its boot
-//! and time namespace). Processes and their liveness are in `process.rs`.
+//! The region's shared clock: its kind, the identity of the clock it
+//! belongs to (a boot and a time namespace), and `CLOCK_MONOTONIC` as
+//! edgemark reads it.
 
 use std::sync::OnceLock;
 

@@ -46,7 +46,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::{AttachError, Counters, EdgeHistogram, Recorder};
+use crate::report::{Counters, EdgeHistogram};
+use crate::{SweepError, Viewer};
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,7 +136,7 @@ impl ServerCounter {
 }
 
 /// The region's metrics now, as text in `format`.
-pub fn render(recorder: &Recorder, format: Format) -> String {
+pub fn render(recorder: &Viewer, format: Format) -> String {
     let mut out = String::new();
     // What it read is in the text (`edgemark_region_ok`).
     let _ = render_with(Some(recorder), &[], format, &mut out);
@@ -145,7 +146,7 @@ pub fn render(recorder: &Recorder, format: Format) -> String {
 /// Writes the region's metrics now into `out`, as text in `format`; fails
 /// only if `out` does.
 pub fn render_into(
-    recorder: &Recorder,
+    recorder: &Viewer,
     format: Format,
     out: &mut impl std::fmt::Write,
 ) -> std::fmt::Result {
@@ -157,7 +158,7 @@ pub fn render_into(
 /// file is gone, say) or it could not be read, then `counters`.
 ///
 /// Errors: why the region was not read (the text says
-/// `edgemark_region_ok 0`): its file failed [`Recorder::check`] before the
+/// `edgemark_region_ok 0`): its file failed [`Viewer::check`] before the
 /// reads or after them, or a read found it shrunk. A server may attach the
 /// file again and render anew. No region is no error.
 ///
@@ -168,14 +169,14 @@ pub fn render_into(
 /// export::render_with(None, &served, Format::Text, &mut text)?;
 /// assert!(text.contains("edgemark_region_ok 0\n"));
 /// assert!(text.contains("# TYPE my_reloads_total counter\nmy_reloads_total 2\n"));
-/// # Ok::<(), edgemark::AttachError>(())
+/// # Ok::<(), edgemark::SweepError>(())
 /// ```
 pub fn render_with(
-    recorder: Option<&Recorder>,
+    recorder: Option<&Viewer>,
     counters: &[ServerCounter],
     format: Format,
     out: &mut String,
-) -> Result<(), AttachError> {
+) -> Result<(), SweepError> {
     let read = recorder.map(Read::take).transpose();
     let (read, err) = match read {
         Ok(read) => (read, None),
@@ -210,7 +211,7 @@ impl Read {
     /// is read (`docs/design.md`, "A file shrunk under a mapping"), is not
     /// read: two `fstat`s per scrape, the check before and the one after;
     /// the reads between fail on a page lost while they run.
-    fn take(rec: &Recorder) -> Result<Read, AttachError> {
+    fn take(rec: &Viewer) -> Result<Read, SweepError> {
         rec.check()?;
         let hists = rec.histograms_checked()?;
         let open = rec.open_requests_checked()?.len() as i64;
@@ -346,10 +347,13 @@ impl Read {
     }
 }
 
-fn encode_histogram(mut m: MetricEncoder<'_>, h: &crate::Histogram) -> Result<(), std::fmt::Error> {
+fn encode_histogram(
+    mut m: MetricEncoder<'_>,
+    h: &crate::report::Histogram,
+) -> Result<(), std::fmt::Error> {
     // prometheus-client takes each bucket's own count and accumulates. The
     // region keeps milliseconds; Prometheus names seconds.
-    let buckets: Vec<(f64, u64)> = crate::BUCKETS_MS
+    let buckets: Vec<(f64, u64)> = crate::report::BUCKETS_MS
         .iter()
         .map(|ms| ms / 1000.0)
         .chain([f64::INFINITY])
@@ -366,7 +370,7 @@ fn encode_histogram(mut m: MetricEncoder<'_>, h: &crate::Histogram) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Edge, Event, Mark};
+    use crate::{Edge, Event, Mark, Recorder};
 
     /// The lines of `text` that are not comments: the samples.
     fn samples(text: &str) -> Vec<&str> {
@@ -435,7 +439,10 @@ mod tests {
             .unwrap();
         let mut text = String::new();
         let read = render_with(Some(&rec), &served, Format::Text, &mut text);
-        assert!(matches!(read, Err(AttachError::Length { .. })), "{read:?}");
+        assert!(
+            matches!(read, Err(SweepError::Truncated { .. })),
+            "{read:?}"
+        );
         assert!(text.contains("edgemark_region_ok 0\n"));
         assert!(!text.contains("edgemark_open_requests"));
         assert!(text.contains("my_reloads_total 1\n"));

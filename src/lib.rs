@@ -42,29 +42,43 @@
 //!
 //! ## The API by category
 //!
-//! - **Regions**: [`Recorder`] (the handle every process uses),
-//!   [`RegionBuilder`] (create), [`AttachOptions`] (attach),
-//!   [`default_dir`]; errors [`CreateError`], [`AttachError`] (and
-//!   [`GeometryError`] within them).
-//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`], [`Edge`],
-//!   [`Event`], [`EventId`], [`Outcome`] (what every record call says).
-//! - **Reading**: [`Snapshot`], [`EdgeSegment`], [`Observed`],
-//!   [`RequestState`].
-//! - **Schemas**: [`Schema`], [`EventSpec`], [`DomainId`],
-//!   [`HOST_MONOTONIC`], [`SchemaError`].
-//! - **Clocks**: [`Clock`], [`ClockIdentity`], [`monotonic_ns`],
-//!   [`DISTRUST_COUNTER_ENV`].
-//! - **Reports**: [`RegionInfo`], [`Counters`], [`EdgeHistogram`],
-//!   [`Histogram`], [`BUCKETS_MS`], [`ReclaimReport`], [`Owner`],
-//!   [`PidsUnjudged`]; the Prometheus text in `export` (feature
-//!   `prometheus`).
-//! - **Past one host** ([`trace`]): [`TraceContext`] (and
-//!   [`TraceparentError`]), [`Recorder::begin_traced`],
-//!   [`Recorder::trace_context`], [`ClosedRequest`] and [`Drained`] from
-//!   [`Recorder::drain_closed`].
-//! - **Limits**: [`MAX_SLOTS`], [`MAX_SEGMENTS`], [`MAX_EDGES`],
-//!   [`MAX_EVENTS`], [`MAX_DOMAINS`], [`MAX_NAME_LEN`], [`MAX_ELAPSED_MS`],
-//!   [`MAX_CHUNK_SEQ`], [`MAX_CLOSED_ENTRIES`].
+//! At the root, what a pipeline uses:
+//!
+//! - **Handles**: [`Recorder`] (begins, records into, segments, closes and
+//!   reads requests), [`Viewer`] (reads only; a recorder dereferences to
+//!   one); [`RegionBuilder`] creates a region, [`AttachOptions`] attaches
+//!   to one; [`default_dir`].
+//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`],
+//!   [`Edge`], [`Event`], [`Outcome`] (what every writing call says).
+//! - **Reading**: [`Snapshot`], [`RequestState`].
+//! - **Errors**, one per operation: [`CreateError`] (create),
+//!   [`AttachError`] (attach), [`SweepError`] (a read of every slot:
+//!   sweeps, reclaims, histograms, [`Viewer::check`]); [`GeometryError`]
+//!   is the header's part of the first two.
+//!
+//! In modules, the rest:
+//!
+//! - [`schema`]: the events and clock domains a region declares
+//!   ([`schema::Schema`], [`schema::EventSpec`], [`schema::EventId`],
+//!   [`schema::DomainId`], [`schema::HOST_MONOTONIC`],
+//!   [`schema::SchemaError`]).
+//! - [`snapshot`]: the parts of a snapshot ([`snapshot::EdgeSegment`],
+//!   [`snapshot::Observed`]).
+//! - [`clock`]: the region's shared clock ([`clock::Clock`],
+//!   [`clock::ClockIdentity`], [`clock::monotonic_ns`],
+//!   [`clock::DISTRUST_COUNTER_ENV`]).
+//! - [`report`]: what a region says about itself and its closed requests
+//!   ([`report::RegionInfo`], [`report::Counters`],
+//!   [`report::EdgeHistogram`], [`report::Histogram`],
+//!   [`report::BUCKETS_MS`], [`report::ReclaimReport`],
+//!   [`report::Owner`], [`report::PidsUnjudged`]).
+//! - [`trace`]: past one host: a request's W3C trace context
+//!   ([`TraceContext`], at the root too, for [`Recorder::begin_traced`];
+//!   [`trace::TraceparentError`]) and the closed requests a reader takes
+//!   from the region ([`trace::ClosedRequest`] and [`trace::Drained`], from
+//!   [`Recorder::drain_closed`]) to send on as spans.
+//! - [`limits`]: the largest region, schema and value edgemark holds.
+//! - `export` (feature `prometheus`): the Prometheus text.
 //!
 //! The layers, bottom up: word encodings and the layout, the atomics
 //! facade, the clock, names (schema, edges and marks), the clock-domain
@@ -84,15 +98,12 @@
 )]
 
 mod catalog;
-mod clock;
+pub mod clock;
 mod domains;
-#[cfg(not(edgemark_loom))]
-mod fault;
-#[cfg(edgemark_loom)]
-#[doc(hidden)]
-pub use domains::LoomTable;
 #[cfg(all(feature = "prometheus", not(edgemark_loom)))]
 pub mod export;
+#[cfg(not(edgemark_loom))]
+mod fault;
 mod layout;
 mod mark;
 mod outcome;
@@ -100,38 +111,51 @@ mod process;
 mod protocol;
 mod recorder;
 mod region;
-mod report;
-mod schema;
-mod snapshot;
+pub mod report;
+pub mod schema;
+pub mod snapshot;
 mod sync;
 mod token;
 pub mod trace;
 mod word;
 
-pub use clock::{Clock, ClockIdentity, DISTRUST_COUNTER_ENV, monotonic_ns};
-pub use layout::{
-    BUCKETS_MS, GeometryError, MAX_CLOSED_ENTRIES, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS,
-};
+// Only in the loom build (`--cfg edgemark_loom`), never in a release: the
+// domain-table models need registrants without the per-process name cache
+// that every handle keeps (each stands for a separate process) and a
+// reader of an entry's raw state, which no public call gives.
+#[cfg(edgemark_loom)]
+#[doc(hidden)]
+pub use domains::LoomTable;
+
+// Not public: `layout` names the clock kind as `crate::Clock` (in
+// `GeometryError::CounterRate`), an upward reference past the layer table
+// (`tests/layers.rs` reads `crate::<module>` paths only) that predates
+// this path; moving the clock kind below `layout` would settle it.
+use clock::Clock;
+
+pub use layout::GeometryError;
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
-pub use recorder::{AttachOptions, Recorder, RegionBuilder};
-pub use region::{AttachError, CreateError};
-pub use report::{
-    Counters, EdgeHistogram, Histogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
-};
-pub use schema::{
-    DomainId, Event, EventId, EventSpec, HOST_MONOTONIC, MAX_DOMAINS, MAX_EVENTS, MAX_NAME_LEN,
-    Schema, SchemaError,
-};
-pub use snapshot::{EdgeSegment, Observed, RequestState, Snapshot};
+pub use recorder::{AttachOptions, Recorder, RegionBuilder, Viewer};
+pub use region::{AttachError, CreateError, SweepError};
+pub use schema::Event;
+pub use snapshot::{RequestState, Snapshot};
 pub use token::{ParseTokenError, Token};
-pub use trace::{ClosedRequest, Drained, TraceContext, TraceparentError};
+pub use trace::TraceContext;
 
-/// The longest elapsed time a value holds, in milliseconds (about 38.2
-/// hours); longer ones are refused as [`Outcome::OutOfRange`].
-pub const MAX_ELAPSED_MS: f64 = word::MAX_ELAPSED_US as f64 / 1000.0;
-/// The largest chunk sequence number a value holds.
-pub const MAX_CHUNK_SEQ: u64 = word::MAX_CHUNK_SEQ;
+/// The limits of a region, its schema and its values; beyond them
+/// [`RegionBuilder::create`] fails or a record is refused.
+pub mod limits {
+    pub use crate::layout::{MAX_CLOSED_ENTRIES, MAX_EDGES, MAX_SEGMENTS, MAX_SLOTS};
+    pub use crate::schema::{MAX_DOMAINS, MAX_EVENTS, MAX_NAME_LEN};
+
+    /// The longest elapsed time a value holds, in milliseconds (about 38.2
+    /// hours); longer ones are refused as
+    /// [`Outcome::OutOfRange`](crate::Outcome::OutOfRange).
+    pub const MAX_ELAPSED_MS: f64 = crate::word::MAX_ELAPSED_US as f64 / 1000.0;
+    /// The largest chunk sequence number a value holds.
+    pub const MAX_CHUNK_SEQ: u64 = crate::word::MAX_CHUNK_SEQ;
+}
 
 /// The default directory for region files: `/dev/shm` where it exists (a
 /// memory-backed filesystem), else the system's temporary directory.

@@ -71,14 +71,15 @@ pub enum Outcome {
     /// The region's clock-domain table is full (32 domains, declared and
     /// registered together), so a new domain name could not be registered.
     DomainTableFull,
-    /// The recorder was attached read-only
-    /// ([`AttachOptions::read_only`](crate::AttachOptions::read_only)): it
-    /// can look at the region but not write it. Not counted (counting would
-    /// be a write).
+    /// A handle that may only read the region was asked to write it. A
+    /// [`Viewer`](crate::Viewer) has no call that writes, so no call of this
+    /// crate gives it; bindings whose handles are read-only at run time
+    /// (Python's `Region.attach(path, read_only=True)`) answer their writing
+    /// calls with it. Not counted (counting would be a write).
     ReadOnly,
     /// This process's mapping of the region lost a page: the file was
     /// truncated under it, or a sparse region's file system had no space
-    /// for a page ([`Recorder::check`](crate::Recorder::check) says which).
+    /// for a page ([`Viewer::check`](crate::Viewer::check) says which).
     /// `begin`, `start_segment` and `close` refuse from then on, since
     /// what they would write may reach no other process; attach the region
     /// again. Not counted (the counter may be on a lost page too).

@@ -13,9 +13,9 @@
 //! Nothing here runs on the record path.
 
 use crate::clock::ClockIdentity;
+pub use crate::layout::BUCKETS_MS;
 use crate::layout::{
-    BUCKETS_MS, H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords,
-    Layout,
+    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords, Layout,
 };
 use crate::mark::Edge;
 use crate::outcome::Outcome;
@@ -50,7 +50,7 @@ pub struct RegionInfo {
     /// not trust).
     pub shares_clock: bool,
     /// The kind of the region's shared clock.
-    pub clock_kind: crate::Clock,
+    pub clock_kind: crate::clock::Clock,
     /// Creation time, nanoseconds since the Unix epoch.
     pub created_unix_ns: u64,
     /// The creating process.
@@ -182,7 +182,7 @@ pub struct EdgeHistogram {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Histogram {
-    /// Count of values in each bucket of [`crate::BUCKETS_MS`], then of the
+    /// Count of values in each bucket of [`crate::report::BUCKETS_MS`], then of the
     /// values above the last bound.
     pub buckets: Vec<u64>,
     /// Sum of the values, in milliseconds.
@@ -193,7 +193,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// A histogram of these bucket counts (one per bound of
-    /// [`crate::BUCKETS_MS`], then the rest), sum in milliseconds and count.
+    /// [`crate::report::BUCKETS_MS`], then the rest), sum in milliseconds and count.
     pub fn new(buckets: Vec<u64>, sum_ms: f64, count: u64) -> Histogram {
         Histogram {
             buckets,

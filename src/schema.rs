@@ -18,7 +18,7 @@ pub const HOST_MONOTONIC: &str = "host_monotonic";
 /// `Event` converts into an [`EventId`] by its position, so it names the
 /// right event on any region created with [`Schema::stream_edges`] (the
 /// default). For a custom schema use [`Schema::event`] or
-/// [`Recorder::event`](crate::Recorder::event).
+/// [`Viewer::event`](crate::Viewer::event).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Event {
     /// Producer stage: the first meaningful payload for the edge is ready.
@@ -113,7 +113,7 @@ impl EventSpec {
 /// The default is [`Schema::stream_edges`].
 ///
 /// ```
-/// use edgemark::Schema;
+/// use edgemark::schema::Schema;
 /// let schema = Schema::stream_edges().with_domain("sender").unwrap();
 /// assert_eq!(schema.domains(), ["host_monotonic", "sender"]);
 /// assert_eq!(schema.events().len(), 4);

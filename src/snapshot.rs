@@ -467,7 +467,8 @@ impl Serialize for Snapshot {
 #[cfg(all(test, not(edgemark_loom)))]
 mod tests {
     use super::*;
-    use crate::{Event, Mark, Outcome, Recorder, Schema, Token};
+    use crate::schema::Schema;
+    use crate::{Event, Mark, Outcome, Recorder, Token};
 
     const E01: Edge = Edge::new(0, 1);
     const E12: Edge = Edge::new(1, 2);
@@ -542,7 +543,7 @@ mod tests {
             .unwrap();
         for _ in 0..8 {
             let t = other.begin().unwrap();
-            other.record(t, Mark::new(E01, crate::EventId(0)).chunk_seq(1));
+            other.record(t, Mark::new(E01, crate::schema::EventId(0)).chunk_seq(1));
         }
         let mut kept = Vec::new();
         other.snapshot_open_into(&mut kept).unwrap();

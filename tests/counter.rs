@@ -14,10 +14,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use edgemark::{
-    AttachError, Clock, DISTRUST_COUNTER_ENV, Edge, Event, Mark, Outcome, Recorder, Token,
-    monotonic_ns,
-};
+use edgemark::{AttachError, Edge, Event, Mark, Outcome, Recorder, Token};
+
+use edgemark::clock::{Clock, DISTRUST_COUNTER_ENV, monotonic_ns};
 
 /// Set in a child: `"<test name>"`; the region path and token follow in
 /// [`REGION`] and [`TOKEN`].

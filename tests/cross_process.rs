@@ -158,12 +158,12 @@ fn processes_register_clock_domains_at_run_time_until_the_table_is_full() {
     // one name, workers 2 and 3 each register their own, all at once. The
     // table holds 32: pad it so that after the full rounds one entry is left
     // for the last round's three names.
-    while (edgemark::MAX_DOMAINS - p.rec.domains().len()) % 3 != 1 {
+    while (edgemark::limits::MAX_DOMAINS - p.rec.domains().len()) % 3 != 1 {
         let pad = format!("pad_{}", p.rec.domains().len());
         p.rec.register_domain(&pad).unwrap();
     }
     let base = p.rec.domains().len();
-    let full_rounds = (edgemark::MAX_DOMAINS - base) / 3;
+    let full_rounds = (edgemark::limits::MAX_DOMAINS - base) / 3;
     assert!(full_rounds >= 5, "{base} domains before the rounds");
     for round in 0..=full_rounds {
         let t = p.rec.begin().unwrap();
@@ -199,7 +199,7 @@ fn processes_register_clock_domains_at_run_time_until_the_table_is_full() {
             assert_eq!(domains.len(), base + 3 * (round + 1), "{domains:?}");
         } else {
             // The last free entry went to one of the three names.
-            assert_eq!(domains.len(), edgemark::MAX_DOMAINS, "{domains:?}");
+            assert_eq!(domains.len(), edgemark::limits::MAX_DOMAINS, "{domains:?}");
             let won: Vec<&str> = names
                 .iter()
                 .copied()

@@ -11,7 +11,8 @@ mod common;
 use common::Rng;
 use edgemark::export::{self, Format};
 use edgemark::{
-    AttachError, AttachOptions, Edge, Event, Event::*, Mark, Outcome, Recorder, RequestState, Token,
+    AttachError, AttachOptions, Edge, Event, Event::*, Mark, Outcome, Recorder, RequestState,
+    SweepError, Token,
 };
 
 /// A value that lies in an interesting way.
@@ -67,7 +68,7 @@ fn exercise(rec: &Recorder) -> (usize, bool) {
     let hs = rec.histograms().unwrap();
     assert!(
         hs.iter()
-            .all(|h| h.histogram.buckets.len() == edgemark::BUCKETS_MS.len() + 1)
+            .all(|h| h.histogram.buckets.len() == edgemark::report::BUCKETS_MS.len() + 1)
     );
     let open = rec.snapshot_open().unwrap();
     assert!(open.len() <= info.slots as usize);
@@ -373,10 +374,10 @@ fn a_file_shrunk_under_a_reader_fails_its_sweeps_instead_of_faulting() {
         .set_len(4096)
         .unwrap();
     assert!(
-        matches!(reader.check(), Err(AttachError::Length { actual: 4096, expected }) if expected == full)
+        matches!(reader.check(), Err(SweepError::Truncated { actual: 4096, expected }) if expected == full)
     );
     // Every sweep says why it cannot sweep, instead of an empty result.
-    let shrunk = |e: &AttachError| matches!(e, AttachError::Length { actual: 4096, .. });
+    let shrunk = |e: &SweepError| matches!(e, SweepError::Truncated { actual: 4096, .. });
     assert!(reader.open_requests().is_err_and(|e| shrunk(&e)));
     assert!(reader.snapshot_open().is_err_and(|e| shrunk(&e)));
     assert!(reader.histograms().is_err_and(|e| shrunk(&e)));
@@ -465,7 +466,7 @@ fn a_recorder_touching_a_shrunk_page_loses_the_record_and_a_sealed_region_cannot
     assert!(status.success(), "{status}");
     // The owner's own mapping faults too on its next look, and says so.
     assert!(owner.snapshot(far).is_empty());
-    assert!(matches!(owner.check(), Err(edgemark::AttachError::Shrunk)));
+    assert!(matches!(owner.check(), Err(edgemark::SweepError::Shrunk)));
 
     // The defence: a sealed region cannot change length, and is shared
     // through /proc/<pid>/fd.
@@ -569,7 +570,11 @@ fn bad_timestamps_give_an_outcome_and_write_nothing() {
         (-0.001, "host_monotonic", Outcome::Invalid),
         (f64::NEG_INFINITY, "gpu", Outcome::Invalid),
         (f64::NAN, "gpu", Outcome::Invalid),
-        (edgemark::MAX_ELAPSED_MS * 2.0, "gpu", Outcome::OutOfRange),
+        (
+            edgemark::limits::MAX_ELAPSED_MS * 2.0,
+            "gpu",
+            Outcome::OutOfRange,
+        ),
         (1e300, "host_monotonic", Outcome::OutOfRange),
         (1.0, "", Outcome::UnknownDomain),
         (1.0, "  ", Outcome::UnknownDomain),

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use edgemark::{AttachError, CreateError, Edge, Event::*, Mark, Outcome, Recorder, RequestState};
+use edgemark::{CreateError, Edge, Event::*, Mark, Outcome, Recorder, RequestState, SweepError};
 
 const E01: Edge = Edge::new(0, 1);
 
@@ -158,11 +158,11 @@ fn a_sparse_region_on_a_full_file_system_reports_no_space_and_hands_out_no_lost_
             assert!(seen.contains(t), "{t} was handed out but nobody sees it");
         }
         assert!(
-            matches!(owner.check(), Err(AttachError::NoSpace)),
+            matches!(owner.check(), Err(SweepError::NoSpace)),
             "{:?}",
             owner.check()
         );
-        assert!(matches!(owner.open_requests(), Err(AttachError::NoSpace)));
+        assert!(matches!(owner.open_requests(), Err(SweepError::NoSpace)));
         assert!(owner.check().unwrap_err().to_string().contains("no space"));
         // Freeing space does not mend this mapping; attaching again does.
         std::fs::remove_file(dir.join("filler")).unwrap();
@@ -201,7 +201,7 @@ fn begin_start_segment_and_close_refuse_on_a_truncated_mapping() {
     let last = owner.close(near);
     assert_eq!(last.state(), RequestState::Faulted);
     assert!(last.is_empty());
-    assert!(matches!(owner.check(), Err(AttachError::Shrunk)));
+    assert!(matches!(owner.check(), Err(SweepError::Shrunk)));
     // The request is still open in the file for whoever attaches again.
     std::fs::OpenOptions::new()
         .write(true)

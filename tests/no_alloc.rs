@@ -9,7 +9,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use edgemark::{Clock, Edge, Event, Mark, Outcome, Recorder, Token};
+use edgemark::{Edge, Event, Mark, Outcome, Recorder, Token};
+
+use edgemark::clock::Clock;
 
 /// The system allocator, counting the calls made by each thread.
 struct Counting;
@@ -156,7 +158,7 @@ fn record_elapsed_allocates_nothing_after_warm_up() {
                 let domain = if i % 2 == 0 {
                     DOMAIN
                 } else {
-                    edgemark::HOST_MONOTONIC
+                    edgemark::schema::HOST_MONOTONIC
                 };
                 outcomes.push(rec.record_elapsed(t, m, 12.5, domain));
             }

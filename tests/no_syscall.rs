@@ -18,7 +18,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use edgemark::{Clock, Edge, Event, Mark, Outcome, Recorder};
+use edgemark::{Edge, Event, Mark, Outcome, Recorder};
+
+use edgemark::clock::Clock;
 
 const CHILD: &str = "EDGEMARK_NO_SYSCALL_CHILD";
 const BEGIN_MARKER: &str = "/edgemark-no-syscall-marker/begin";

@@ -365,7 +365,7 @@ fn inspect_shows_and_reclaim_explains_a_region_shared_across_pid_namespaces() {
     assert!(info.mixed_pid_namespaces);
     assert_eq!(
         info.pids_unjudged,
-        Some(edgemark::PidsUnjudged::MixedNamespaces)
+        Some(edgemark::report::PidsUnjudged::MixedNamespaces)
     );
     let (ok, out) = edgemark(&["inspect".as_ref(), p]);
     assert!(ok, "{out}");
@@ -385,7 +385,10 @@ fn inspect_shows_and_reclaim_explains_a_region_shared_across_pid_namespaces() {
     assert_eq!(rec.snapshot(lost).state(), RequestState::Open);
     let r = rec.reclaim_dead_owners().unwrap();
     assert_eq!(r.freed(), 0);
-    assert_eq!(r.unjudged, Some(edgemark::PidsUnjudged::MixedNamespaces));
+    assert_eq!(
+        r.unjudged,
+        Some(edgemark::report::PidsUnjudged::MixedNamespaces)
+    );
     let (ok, out) = edgemark(&["reclaim".as_ref(), "--judge-pids".as_ref(), p]);
     assert!(ok, "{out}");
     assert!(out.starts_with("freed "), "{out}");

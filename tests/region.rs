@@ -5,8 +5,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use edgemark::{
     AttachError, AttachOptions, CreateError, Edge, Event::*, Mark, Outcome, Recorder, RequestState,
-    Schema, Token,
+    Token,
 };
+
+use edgemark::schema::Schema;
 
 const E01: Edge = Edge::new(0, 1);
 const E12: Edge = Edge::new(1, 2);
@@ -228,7 +230,7 @@ fn undeclared_edges_events_and_domains_are_refused_and_counted() {
         Outcome::UnknownEdge
     );
     assert_eq!(
-        rec.record(t, Mark::new(E01, edgemark::EventId(9))),
+        rec.record(t, Mark::new(E01, edgemark::schema::EventId(9))),
         Outcome::UnknownEvent
     );
     assert_eq!(
@@ -266,7 +268,10 @@ fn every_event_id_outside_the_schema_is_refused_and_writes_nothing() {
     for id in events..=u8::MAX {
         for edge in [E01, Edge::new(1, 2)] {
             assert_eq!(
-                rec.record(t, Mark::new(edge, edgemark::EventId(id)).chunk_seq(3)),
+                rec.record(
+                    t,
+                    Mark::new(edge, edgemark::schema::EventId(id)).chunk_seq(3)
+                ),
                 Outcome::UnknownEvent,
                 "event id {id}"
             );
@@ -275,7 +280,7 @@ fn every_event_id_outside_the_schema_is_refused_and_writes_nothing() {
     assert!(rec.snapshot(t).is_empty());
     // The schema's own events still record, once each.
     for id in 0..events {
-        let m = Mark::new(E01, edgemark::EventId(id));
+        let m = Mark::new(E01, edgemark::schema::EventId(id));
         assert_eq!(rec.record(t, m), Outcome::Recorded, "event id {id}");
         assert_eq!(rec.record(t, m), Outcome::Duplicate, "event id {id}");
     }
@@ -332,11 +337,16 @@ fn elapsed_beyond_the_encoding_and_huge_chunks_are_refused_without_state() {
     let t = rec.begin().unwrap();
     let m = Mark::new(E01, ProducerFirstNonemptyEmit);
     assert_eq!(
-        at(&rec, t, m, edgemark::MAX_ELAPSED_MS + 1.0),
+        at(&rec, t, m, edgemark::limits::MAX_ELAPSED_MS + 1.0),
         Outcome::OutOfRange
     );
     assert_eq!(
-        at(&rec, t, m.chunk_seq(edgemark::MAX_CHUNK_SEQ + 1), 1.0),
+        at(
+            &rec,
+            t,
+            m.chunk_seq(edgemark::limits::MAX_CHUNK_SEQ + 1),
+            1.0
+        ),
         Outcome::OutOfRange
     );
     assert!(rec.snapshot(t).is_empty());
@@ -344,17 +354,17 @@ fn elapsed_beyond_the_encoding_and_huge_chunks_are_refused_without_state() {
         at(
             &rec,
             t,
-            m.chunk_seq(edgemark::MAX_CHUNK_SEQ),
-            edgemark::MAX_ELAPSED_MS
+            m.chunk_seq(edgemark::limits::MAX_CHUNK_SEQ),
+            edgemark::limits::MAX_ELAPSED_MS
         ),
         Outcome::Recorded
     );
     let s = rec.close(t);
     let g = s.segment(E01, 0).unwrap();
-    assert_eq!(g.first_chunk_seq(), Some(edgemark::MAX_CHUNK_SEQ));
+    assert_eq!(g.first_chunk_seq(), Some(edgemark::limits::MAX_CHUNK_SEQ));
     assert_eq!(
         g.elapsed_ms(ProducerFirstNonemptyEmit),
-        Some(edgemark::MAX_ELAPSED_MS)
+        Some(edgemark::limits::MAX_ELAPSED_MS)
     );
 }
 
@@ -556,14 +566,14 @@ fn bad_creation_arguments_are_errors() {
         Err(CreateError::Schema(_))
     ));
     let mut many = b.clone().edge(0, 1);
-    for i in 1..edgemark::MAX_DOMAINS {
+    for i in 1..edgemark::limits::MAX_DOMAINS {
         many = many.domain(&format!("d{i}"));
     }
     assert!(many.clone().create_in_memory().is_ok(), "32 domains fit");
     let e = many.domain("one_more").create_in_memory().unwrap_err();
     assert!(matches!(
         e,
-        CreateError::Schema(edgemark::SchemaError::TooManyDomains)
+        CreateError::Schema(edgemark::schema::SchemaError::TooManyDomains)
     ));
     assert!(e.to_string().contains("too many clock domains"), "{e}");
     let e = b
@@ -602,7 +612,7 @@ fn names_with_bidi_controls_or_invisible_format_characters_are_refused() {
             .create_in_memory()
             .unwrap_err();
         assert!(
-            matches!(&e, CreateError::Schema(edgemark::SchemaError::BadName(n)) if n == bad),
+            matches!(&e, CreateError::Schema(edgemark::schema::SchemaError::BadName(n)) if n == bad),
             "{bad:?}: {e}"
         );
         let text = e.to_string();
@@ -852,7 +862,7 @@ fn closed_requests_reach_the_histograms_exactly_once() {
     let emit = get(E01, "producer_first_nonempty_emit");
     assert_eq!(emit.count, 3);
     assert_eq!(emit.sum_ms, 30.0);
-    let le10 = edgemark::BUCKETS_MS
+    let le10 = edgemark::report::BUCKETS_MS
         .iter()
         .position(|b| *b == 10.0)
         .unwrap();
@@ -1013,7 +1023,7 @@ fn a_reserved_region_is_mapped_whole_so_records_and_polls_take_no_page_fault() {
         .create(&p)
         .unwrap();
     let slots = owner.info().unwrap().slots as usize;
-    let reader = AttachOptions::new().read_only(true).attach(&p).unwrap();
+    let reader = AttachOptions::new().view(&p).unwrap();
     // The tokens' buffer is touched before counting.
     let mut tokens = vec![Token::from_u128(1); slots];
     tokens.clear();

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
-use edgemark::{Edge, Recorder};
+use edgemark::{Edge, Recorder, Viewer};
 
 use crate::ops::{LookTrust, Op, RecordArgs, StartArgs, TokenArg, Trust};
 use crate::out::outln;
@@ -96,7 +96,7 @@ enum Command {
         /// time-stamp counter, where the kernel trusts it; otherwise the
         /// region gets 'monotonic', and this says so).
         #[arg(long, default_value = "monotonic")]
-        clock: edgemark::Clock,
+        clock: edgemark::clock::Clock,
     },
     /// Print a region's header, geometry, schema, counters and open requests.
     Inspect {
@@ -542,7 +542,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Begin { path, args, trust } => op(&path, trust, Op::Begin(args))?,
         Command::Traceparent { path, args } => {
             let rec = attach_for_reading(&path)?;
-            outln!("{}", ops::run(&rec, Op::Traceparent(args), false)?);
+            outln!("{}", ops::traceparent(&rec, args.token)?);
         }
         Command::Record { path, args, trust } => op(&path, trust, Op::Record(args))?,
         Command::StartSegment { path, args, trust } => {
@@ -552,7 +552,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         // read-only attach, from another pid namespace, marks nothing.
         Command::Snapshot { path, args, .. } => {
             let rec = attach_for_reading(&path)?;
-            outln!("{}", ops::run(&rec, Op::Snapshot(args), false)?);
+            outln!("{}", ops::snapshot(&rec, args.token)?);
         }
         Command::Close { path, args, trust } => op(&path, trust, Op::Close(args))?,
         Command::Batch { path, trust } => {
@@ -599,12 +599,11 @@ fn op(path: &Path, trust: Trust, op: Op) -> Result<()> {
 /// reason not to look: this process cannot write the region, and whatever
 /// the owner puts in the file gives a clear error or a working region (a
 /// file shrunk under the mapping included), never a crash.
-fn attach_for_reading(path: &Path) -> Result<Recorder> {
+fn attach_for_reading(path: &Path) -> Result<Viewer> {
     edgemark::AttachOptions::new()
         .allow_foreign_owner(true)
         .allow_foreign_clock(true)
-        .read_only(true)
-        .attach(path)
+        .view(path)
         .map_err(|e| named(path, e))
 }
 
@@ -662,14 +661,14 @@ fn remove_if_abandoned_region(rec: &Recorder, path: &Path) -> Result<()> {
 
 /// The pid-namespace lines of `inspect`: whether pids are judged, and why
 /// not.
-fn pids_text(info: &edgemark::RegionInfo) -> String {
+fn pids_text(info: &edgemark::report::RegionInfo) -> String {
     match info.pids_unjudged {
         None => "judged (reclaim frees dead owners)".to_owned(),
         Some(why) => format!("NOT judged: {why}; reclaim frees nothing unless --judge-pids"),
     }
 }
 
-fn inspect(rec: &Recorder, json: bool) -> Result<()> {
+fn inspect(rec: &Viewer, json: bool) -> Result<()> {
     rec.check()
         .context("the region changed under this process")?;
     let info = rec.info().expect("an enabled recorder");

@@ -6,7 +6,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
-use edgemark::{AttachOptions, Edge, Mark, Recorder, RequestState, Token};
+use edgemark::{AttachOptions, Edge, Mark, Recorder, RequestState, Token, Viewer};
 
 /// How far to trust the region file; taken by every command that attaches
 /// to one.
@@ -170,7 +170,7 @@ pub(crate) fn parse_edge(s: &str) -> Result<Edge, String> {
     Ok(Edge::new(n(a)?, n(b)?))
 }
 
-fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::EventId> {
+fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::schema::EventId> {
     rec.event(name)
         .ok_or_else(|| anyhow!("the region's schema has no event {name:?}"))
 }
@@ -180,10 +180,7 @@ fn event_id(rec: &Recorder, name: &str) -> Result<edgemark::EventId> {
 /// command line (`in_batch`).
 pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
     Ok(match op {
-        Op::Traceparent(a) => match rec.trace_context(a.token) {
-            Some(c) => c.to_string(),
-            None => bail!("request {} is not open", a.token),
-        },
+        Op::Traceparent(a) => traceparent(rec, a.token)?,
         Op::Begin(a) => match rec.begin_traced(a.traceparent) {
             Ok(t) => t.to_string(),
             Err(o) if in_batch => format!("refused {o}"),
@@ -203,7 +200,7 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
             .to_string()
         }
         Op::StartSegment(a) => rec.start_segment(a.token, a.edge, a.segment).to_string(),
-        Op::Snapshot(a) => serde_json::to_string(&rec.snapshot(a.token))?,
+        Op::Snapshot(a) => snapshot(rec, a.token)?,
         Op::Close(a) => {
             let last = rec.close(a.token);
             match last.state() {
@@ -235,6 +232,21 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
             }
         }
     })
+}
+
+/// The snapshot of the request `token` as a JSON line (`snapshot` needs
+/// only a viewer).
+pub(crate) fn snapshot(view: &Viewer, token: Token) -> Result<String> {
+    Ok(serde_json::to_string(&view.snapshot(token))?)
+}
+
+/// The traceparent to hand a request's part on another host, for a viewer
+/// (`edgemark traceparent` only reads).
+pub(crate) fn traceparent(view: &Viewer, token: Token) -> Result<String> {
+    match view.trace_context(token) {
+        Some(c) => Ok(c.to_string()),
+        None => bail!("request {token} is not open"),
+    }
 }
 
 /// Runs one command per line of `input`, writing one line per command to

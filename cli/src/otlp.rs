@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use edgemark::export::Format;
-use edgemark::{ClosedRequest, EventId, HOST_MONOTONIC, Recorder, Snapshot, Token};
+use edgemark::schema::{EventId, HOST_MONOTONIC};
+use edgemark::trace::ClosedRequest;
+use edgemark::{Recorder, Snapshot, Token};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1;

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use edgemark::export::{self, Format, ServerCounter};
-use edgemark::{AttachError, Recorder};
+use edgemark::{SweepError, Viewer};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -62,7 +62,7 @@ pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// What the server shows now.
 enum Shown {
     /// An attached region, and the device and inode of its file.
-    Region(Recorder, Option<(u64, u64)>),
+    Region(Viewer, Option<(u64, u64)>),
     /// No region: the file is gone, or what is there cannot be attached.
     /// The reason, as last printed, and the file's identity if it has one.
     Nothing(String, Option<(u64, u64)>),
@@ -79,7 +79,7 @@ pub(crate) struct Source {
     shown: Mutex<Shown>,
     /// Times another file was found at the path and attached.
     replaced: Mutex<u64>,
-    reopen: Box<dyn Fn() -> Result<Recorder> + Send + Sync>,
+    reopen: Box<dyn Fn() -> Result<Viewer> + Send + Sync>,
     /// The OTLP exporter's counters, served after the region's.
     otlp: Option<Arc<crate::otlp::Stats>>,
 }
@@ -92,9 +92,9 @@ fn identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
 impl Source {
     /// `rec`, attached from `path`, and how to attach that path again.
     pub(crate) fn new(
-        rec: Recorder,
+        rec: Viewer,
         path: PathBuf,
-        reopen: impl Fn() -> Result<Recorder> + Send + Sync + 'static,
+        reopen: impl Fn() -> Result<Viewer> + Send + Sync + 'static,
     ) -> Source {
         let id = identity(&path).ok();
         Source {
@@ -113,7 +113,7 @@ impl Source {
     }
 
     /// The recorder to read now, if any, after checking the file.
-    fn current(&self) -> Option<Recorder> {
+    fn current(&self) -> Option<Viewer> {
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let p = self.path.display();
         let now = match identity(&self.path) {
@@ -172,7 +172,7 @@ impl Source {
     /// The region attached again from the same file, in place of one whose
     /// mapping lost a page (a faulted mapping stays faulted), if the file is
     /// whole again.
-    fn reattach(&self) -> Option<Recorder> {
+    fn reattach(&self) -> Option<Viewer> {
         let again = (self.reopen)().ok()?;
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let Shown::Region(rec, _) = &mut *shown else {
@@ -197,7 +197,7 @@ impl Source {
         )];
         let mut body = String::new();
         let read = export::render_with(rec.as_ref(), &served, format, &mut body);
-        if matches!(read, Err(AttachError::Shrunk))
+        if matches!(read, Err(SweepError::Shrunk))
             && let Some(again) = self.reattach()
         {
             body.clear();
@@ -572,6 +572,7 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgemark::Recorder;
 
     #[test]
     fn a_mapping_that_lost_a_page_is_attached_again_once_the_file_is_whole() {
@@ -586,10 +587,10 @@ mod tests {
         // is faulted for good.
         file.set_len(4096).unwrap();
         let _ = rec.snapshot(t);
-        assert!(matches!(rec.check(), Err(AttachError::Shrunk)));
+        assert!(matches!(rec.check(), Err(SweepError::Shrunk)));
         file.set_len(len).unwrap();
         let again = path.clone();
-        let source = Source::new(rec, path, move || Ok(Recorder::attach(&again)?));
+        let source = Source::new((*rec).clone(), path, move || Ok(Viewer::attach(&again)?));
         let body = source.render(Format::Text);
         assert!(body.contains("edgemark_region_ok 1\n"), "{body}");
         // The same file, attached again: not a replacement.

@@ -4,7 +4,7 @@
 //! Rows (criterion ids), every call a first event:
 //!
 //! - `peers/floor_clock_cas`: the least a record can cost, one read of
-//!   `CLOCK_MONOTONIC` ([`edgemark::monotonic_ns`]) plus one
+//!   `CLOCK_MONOTONIC` ([`edgemark::clock::monotonic_ns`]) plus one
 //!   compare-and-swap on a fresh, zeroed heap cell.
 //! - `peers/edgemark_record`: [`Recorder::record`] on a file-backed region
 //!   of the default geometry on the memory-backed filesystem.
@@ -13,7 +13,7 @@
 //! - `peers/lttng_ust_id`: an enabled LTTng-UST tracepoint carrying one
 //!   integer; LTTng stamps the time (its clock read is inside).
 //! - `peers/lttng_ust_id_ts`: an enabled tracepoint carrying an integer and
-//!   a timestamp the caller read ([`edgemark::monotonic_ns`]).
+//!   a timestamp the caller read ([`edgemark::clock::monotonic_ns`]).
 //! - `peers/lttng_ust_disabled`: a tracepoint that no session enabled.
 //! - `peers/iceoryx2_publish`: an iceoryx2 publish (loan, write 32 bytes,
 //!   send) to a subscriber in another process that drains every sample.
@@ -53,7 +53,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use edgemark::{monotonic_ns, Clock, Edge, Event, Mark, Outcome, Recorder, Token};
+use edgemark::clock::{monotonic_ns, Clock};
+use edgemark::{Edge, Event, Mark, Outcome, Recorder, Token};
 use edgemark_peers::lttng;
 use iceoryx2::prelude::*;
 
@@ -546,7 +547,7 @@ mod ring {
         fn record_follows_from(&self, _: &Id, _: &Id) {}
 
         fn event(&self, event: &Event<'_>) {
-            let now = edgemark::monotonic_ns();
+            let now = edgemark::clock::monotonic_ns();
             let mut id = IdField(0);
             event.record(&mut id);
             // Relaxed throughout: each entry is written by the one thread
@@ -764,10 +765,7 @@ fn observer_main() {
         .map(|l| l.parse().expect("a token"))
         .collect();
     let pings = tokens.len() * MARKS_PER_REQUEST * 2;
-    let rec = edgemark::AttachOptions::new()
-        .read_only(true)
-        .attach(dir.join("vis.region"))
-        .expect("attach the region");
+    let rec = edgemark::Viewer::attach(dir.join("vis.region")).expect("attach the region");
     let node = iox_node();
     let sub = samples_service(&node, &prefix)
         .subscriber_builder()

@@ -3,7 +3,8 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use edgemark::{Outcome, HOST_MONOTONIC};
+use edgemark::schema::HOST_MONOTONIC;
+use edgemark::Outcome;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use edgemark::{AttachError, CreateError};
+use edgemark::{AttachError, CreateError, SweepError};
 use pyo3::exceptions::{PyFileExistsError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::{create_exception, PyErr};
 
@@ -46,21 +46,20 @@ pub(crate) fn create_error(e: CreateError) -> PyErr {
 
 /// The error of a sweep (``open_requests``, ``snapshot_open``,
 /// ``reclaim_dead_owners``): the file was found shrunk, before or during it,
-/// or the call writes and the region was attached read-only.
-pub(crate) fn sweep_error(e: AttachError) -> PyErr {
+/// or a page of a sparse region found no space.
+pub(crate) fn sweep_error(e: SweepError) -> PyErr {
+    let msg = e.to_string();
     match &e {
-        AttachError::Shrunk | AttachError::Length { .. } => {
-            RegionShrunkError::new_err(e.to_string())
-        }
-        AttachError::NoSpace => RegionNoSpaceError::new_err(e.to_string()),
-        _ => attach_error(e),
+        SweepError::NoSpace => RegionNoSpaceError::new_err(msg),
+        SweepError::Io(io) => PyOSError::new_err((io.raw_os_error().unwrap_or(0), msg)),
+        // Shrunk, found by an access or by the file's length.
+        _ => RegionShrunkError::new_err(msg),
     }
 }
 
 pub(crate) fn attach_error(e: AttachError) -> PyErr {
     let msg = e.to_string();
     match &e {
-        AttachError::ReadOnly => PyPermissionError::new_err(msg),
         AttachError::Io(p, io) => os_error(io, msg, p),
         AttachError::NotRegularFile(_) => PyOSError::new_err(msg),
         AttachError::ForeignOwner { .. } => PyPermissionError::new_err(msg),

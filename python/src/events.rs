@@ -2,7 +2,8 @@
 //! (`Region.record`, `Region.handle`, `StreamEdgeRecorder.record`), and
 //! the names of events given to `elapsed_between`.
 
-use edgemark::{Event, EventId, Recorder};
+use edgemark::schema::EventId;
+use edgemark::{Event, Viewer};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyString};
@@ -31,7 +32,7 @@ pub(crate) struct Events {
 
 impl Events {
     /// The events of `rec`'s schema.
-    pub(crate) fn of(py: Python<'_>, rec: &Recorder) -> PyResult<Events> {
+    pub(crate) fn of(py: Python<'_>, rec: &Viewer) -> PyResult<Events> {
         let names: Vec<String> = rec.schema().map_or_else(Vec::new, |s| {
             s.events().iter().map(|e| e.name().to_owned()).collect()
         });

@@ -1,7 +1,8 @@
 //! `Handle`: one edge and event of one request, resolved once by
 //! `Region.handle`, so that a record converts no argument.
 
-use edgemark::{Mark, Outcome, Recorder, Token, HOST_MONOTONIC};
+use edgemark::schema::HOST_MONOTONIC;
+use edgemark::{Mark, Outcome, Recorder, Token};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 

@@ -29,7 +29,9 @@ mod snapshot;
 mod stream_edge;
 mod token;
 
-use edgemark::{DomainId, Event, Observed, Outcome, HOST_MONOTONIC};
+use edgemark::schema::{DomainId, HOST_MONOTONIC};
+use edgemark::snapshot::Observed;
+use edgemark::{Event, Outcome};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -49,7 +51,7 @@ fn default_dir() -> String {
 /// reads.
 #[pyfunction]
 fn monotonic_ns() -> u64 {
-    edgemark::monotonic_ns()
+    edgemark::clock::monotonic_ns()
 }
 
 /// Milliseconds from ``start_event`` to ``end_event`` in one edge segment
@@ -141,8 +143,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;
     m.add_function(wrap_pyfunction!(elapsed_between, m)?)?;
     m.add("HOST_MONOTONIC", HOST_MONOTONIC)?;
-    m.add("MAX_ELAPSED_MS", edgemark::MAX_ELAPSED_MS)?;
-    m.add("MAX_CHUNK_SEQ", edgemark::MAX_CHUNK_SEQ)?;
+    m.add("MAX_ELAPSED_MS", edgemark::limits::MAX_ELAPSED_MS)?;
+    m.add("MAX_CHUNK_SEQ", edgemark::limits::MAX_CHUNK_SEQ)?;
     // The core's tables, from which the package makes its `Outcome` and
     // `Event` enums.
     m.add("OUTCOME_NAMES", outcome::outcome_names(py)?)?;

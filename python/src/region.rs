@@ -2,11 +2,12 @@
 
 use std::cell::Cell;
 
+use edgemark::schema::EventId;
+use edgemark::trace::TraceparentError;
 use edgemark::{
-    AttachOptions, Edge, EventId, Mark, Outcome, Recorder, RequestState, Snapshot, TraceContext,
-    TraceparentError,
+    AttachOptions, Edge, Mark, Outcome, Recorder, RequestState, Snapshot, TraceContext, Viewer,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyPermissionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -42,17 +43,37 @@ thread_local! {
 /// elapsed time. A ``Region`` may be shared between threads.
 #[pyclass(module = "edgemark", name = "Region", frozen)]
 pub(crate) struct PyRegion {
+    /// The region's writer: disabled for a region attached read-only.
     pub(crate) rec: Recorder,
+    /// The region of a read-only attach (`rec` is then disabled); `None`
+    /// otherwise, when `rec` is read through its own viewer.
+    viewer: Option<Viewer>,
     /// The schema's events as arguments name them.
     pub(crate) events: Events,
 }
 
 impl PyRegion {
-    fn wrap(py: Python<'_>, rec: Recorder) -> PyResult<PyRegion> {
+    fn wrap(py: Python<'_>, rec: Recorder, viewer: Option<Viewer>) -> PyResult<PyRegion> {
         Ok(PyRegion {
-            events: Events::of(py, &rec)?,
+            events: Events::of(py, viewer.as_ref().unwrap_or(&rec))?,
             rec,
+            viewer,
         })
+    }
+
+    /// The region to read: the read-only attach's, or the writer's own.
+    pub(crate) fn view(&self) -> &Viewer {
+        self.viewer.as_ref().unwrap_or(&self.rec)
+    }
+
+    /// What a writing call answers when `rec` is disabled: `read_only` for
+    /// a region attached read-only, else `disabled`.
+    pub(crate) fn off(&self) -> Outcome {
+        if self.viewer.is_some() {
+            Outcome::ReadOnly
+        } else {
+            Outcome::Disabled
+        }
     }
 
     /// The schema position of `event`: an `Event` (an int) or its name.
@@ -80,7 +101,7 @@ impl PyRegion {
     ) -> PyResult<Outcome> {
         // What `do_record` does for these arguments, in its order.
         if !self.rec.is_enabled() {
-            return Ok(Outcome::Disabled);
+            return Ok(self.off());
         }
         let event = self.event_id(event)?;
         Ok(match token_arg(token) {
@@ -106,7 +127,7 @@ impl PyRegion {
     ) -> PyResult<Outcome> {
         // Off by default: a disabled region costs a branch.
         if !self.rec.is_enabled() {
-            return Ok(Outcome::Disabled);
+            return Ok(self.off());
         }
         let event = self.event_id(event)?;
         let domain = match clock_domain {
@@ -142,7 +163,7 @@ impl PyRegion {
         segment: Segment,
     ) -> Outcome {
         if !self.rec.is_enabled() {
-            return Outcome::Disabled;
+            return self.off();
         }
         let (from, to, segment) = match (from_stage.0, to_stage.0, segment.0) {
             (Ok(f), Ok(t), Ok(s)) => (f, t, s),
@@ -156,7 +177,7 @@ impl PyRegion {
 
     /// The request's snapshot; `None` for a value that is no token.
     fn snap(&self, token: &Bound<'_, PyAny>) -> Option<Snapshot> {
-        token_arg(token).ok().map(|t| self.rec.snapshot(t))
+        token_arg(token).ok().map(|t| self.view().snapshot(t))
     }
 
     /// Closes without the GIL: a close can wait (about a second at most)
@@ -315,7 +336,7 @@ impl PyRegion {
         closed_entries: Option<u32>,
     ) -> PyResult<PyRegion> {
         // The core's own names (`Clock: FromStr`), and its message.
-        let clock: edgemark::Clock = clock.parse().map_err(PyValueError::new_err)?;
+        let clock: edgemark::clock::Clock = clock.parse().map_err(PyValueError::new_err)?;
         let mut b = builder(edges, slots, segments, domains, group_access)?
             .clock(clock)
             .sparse(sparse);
@@ -324,7 +345,7 @@ impl PyRegion {
         }
         let path = path_arg(path)?;
         let rec = py.detach(|| b.create(&path)).map_err(create_error)?;
-        PyRegion::wrap(py, rec)
+        PyRegion::wrap(py, rec, None)
     }
 
     /// A region on the heap, private to this process: the same protocol
@@ -344,7 +365,7 @@ impl PyRegion {
     ) -> PyResult<PyRegion> {
         let b = builder(edges, slots, segments, domains, false)?;
         let rec = b.create_in_memory().map_err(create_error)?;
-        PyRegion::wrap(py, rec)
+        PyRegion::wrap(py, rec, None)
     }
 
     /// Attaches to the region file at ``path``, which every field of its
@@ -377,11 +398,14 @@ impl PyRegion {
     ) -> PyResult<PyRegion> {
         let opts = AttachOptions::new()
             .allow_foreign_clock(allow_foreign_clock)
-            .allow_foreign_owner(allow_foreign_owner)
-            .read_only(read_only);
+            .allow_foreign_owner(allow_foreign_owner);
         let path = path_arg(path)?;
+        if read_only {
+            let viewer = py.detach(|| opts.view(&path)).map_err(attach_error)?;
+            return PyRegion::wrap(py, Recorder::disabled(), Some(viewer));
+        }
         let rec = py.detach(|| opts.attach(&path)).map_err(attach_error)?;
-        PyRegion::wrap(py, rec)
+        PyRegion::wrap(py, rec, None)
     }
 
     /// A region that records nothing, for collection that is off by default:
@@ -389,7 +413,7 @@ impl PyRegion {
     /// ``"disabled"``), snapshots are ``{}``. Its calls cost about a branch.
     #[staticmethod]
     fn disabled(py: Python<'_>) -> PyResult<PyRegion> {
-        PyRegion::wrap(py, Recorder::disabled())
+        PyRegion::wrap(py, Recorder::disabled(), None)
     }
 
     /// Begins a request: claims a free slot, sets the request's origin to
@@ -425,7 +449,7 @@ impl PyRegion {
     /// parent. ``None`` if the token names no open request.
     fn traceparent(&self, token: &Bound<'_, PyAny>) -> Option<String> {
         let t = token_arg(token).ok()?;
-        self.rec.trace_context(t).map(|c| c.to_string())
+        self.view().trace_context(t).map(|c| c.to_string())
     }
 
     /// Takes up to ``max`` closed requests from the region's ring of closed
@@ -438,6 +462,11 @@ impl PyRegion {
     /// behind) are counted in ``counters()["closed_lost"]``.
     #[pyo3(signature = (max=256))]
     fn drain_closed<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
+        if self.viewer.is_some() {
+            return Err(PyPermissionError::new_err(
+                "the region is attached read-only: draining closed requests moves the readers' shared cursor",
+            ));
+        }
         let mut out = Vec::new();
         py.detach(|| self.rec.drain_closed(max, &mut out))
             .map_err(sweep_error)?;
@@ -500,7 +529,7 @@ impl PyRegion {
                     self.event_id(event)?;
                     why
                 } else {
-                    Outcome::Disabled
+                    self.off()
                 };
                 LAST_OUTCOME.set(o);
                 return Ok(false);
@@ -616,7 +645,7 @@ impl PyRegion {
             let mark = Mark::new(edge, EventId(0));
             return Ok(PyHandle::new(
                 &me.rec,
-                Err(Outcome::Disabled),
+                Err(me.off()),
                 mark,
                 label(&event.to_string()),
             ));
@@ -730,16 +759,16 @@ impl PyRegion {
     /// The tokens of every open request (one sweep of the region, without
     /// the GIL).
     fn open_requests(&self, py: Python<'_>) -> PyResult<Vec<PyToken>> {
-        let rec = &self.rec;
-        let all = py.detach(|| rec.open_requests()).map_err(sweep_error)?;
+        let view = self.view();
+        let all = py.detach(|| view.open_requests()).map_err(sweep_error)?;
         Ok(all.into_iter().map(PyToken).collect())
     }
 
     /// ``(token, snapshot)`` for every open request: one sweep of the
     /// region, taken without the GIL.
     fn snapshot_open<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let rec = &self.rec;
-        let all = py.detach(|| rec.snapshot_open()).map_err(sweep_error)?;
+        let view = self.view();
+        let all = py.detach(|| view.snapshot_open()).map_err(sweep_error)?;
         let out = PyList::empty(py);
         for (t, s) in &all {
             let t = Bound::new(py, PyToken(*t))?.into_any();
@@ -755,6 +784,11 @@ impl PyRegion {
     /// ``"mixed_pid_namespaces"`` / ``"other_pid_namespace"`` when no pid
     /// could be judged and nothing was freed (docs/limitations.md).
     fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.viewer.is_some() {
+            return Err(PyPermissionError::new_err(
+                "the region was attached read-only and this call writes it",
+            ));
+        }
         let rec = &self.rec;
         let r = py
             .detach(|| rec.reclaim_dead_owners())
@@ -770,7 +804,7 @@ impl PyRegion {
     /// "dropped_segments": n, "closed_requests": n, "reclaimed_requests":
     /// n, "closed_lost": n, "bad_trace_contexts": n}``.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.rec.counters();
+        let c = self.view().counters();
         let refused = PyDict::new(py);
         for (o, n) in &c.refused {
             refused.set_item(o.name(), n)?;
@@ -787,7 +821,7 @@ impl PyRegion {
 
     /// The region's geometry and identity as a dict, ``None`` when disabled.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(i) = self.rec.info() else {
+        let Some(i) = self.view().info() else {
             return Ok(None);
         };
         let d = PyDict::new(py);
@@ -814,7 +848,7 @@ impl PyRegion {
     /// Whether the region records (it is not ``Region.disabled()``).
     #[getter]
     fn enabled(&self) -> bool {
-        self.rec.is_enabled()
+        self.view().is_enabled()
     }
 
     /// The region file's path as a ``str`` (``None`` in memory or
@@ -822,13 +856,13 @@ impl PyRegion {
     /// gives it (surrogate escapes), which ``attach`` takes back unchanged.
     #[getter]
     fn path(&self) -> Option<std::ffi::OsString> {
-        self.rec.path().map(|p| p.as_os_str().to_owned())
+        self.view().path().map(|p| p.as_os_str().to_owned())
     }
 
     /// The declared edges, ``[(from_stage, to_stage), ...]`` in order.
     #[getter]
     fn edges(&self) -> Vec<(u32, u32)> {
-        self.rec.edges().iter().map(|e| (e.from, e.to)).collect()
+        self.view().edges().iter().map(|e| (e.from, e.to)).collect()
     }
 
     /// The schema's event names, in schema order.
@@ -841,7 +875,7 @@ impl PyRegion {
     /// order; the first is always ``"host_monotonic"``.
     #[getter]
     fn domains(&self) -> Vec<String> {
-        self.rec.domains()
+        self.view().domains()
     }
 
     /// Registers the clock domain ``name`` (any attached process may; a
@@ -855,14 +889,14 @@ impl PyRegion {
             Ok(d) => Ok(Some(d.0)),
             // The core's words for its rule of names.
             Err(edgemark::Outcome::UnknownDomain) => Err(PyValueError::new_err(
-                edgemark::SchemaError::BadName(name.to_owned()).to_string(),
+                edgemark::schema::SchemaError::BadName(name.to_owned()).to_string(),
             )),
             Err(_) => Ok(None),
         }
     }
 
     fn __repr__(&self) -> String {
-        match (self.rec.is_enabled(), self.path()) {
+        match (self.view().is_enabled(), self.path()) {
             (false, _) => "Region.disabled()".to_owned(),
             (true, Some(p)) => format!(
                 "Region({:?}, edges={:?})",

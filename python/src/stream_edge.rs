@@ -13,7 +13,8 @@
 //! core (duplicate, stale, closed, full region, unknown edge, ...) is
 //! `False`.
 
-use edgemark::{Edge, EventId, Mark, Outcome, Recorder, RequestState, SchemaError, Token};
+use edgemark::schema::{EventId, SchemaError};
+use edgemark::{Edge, Mark, Outcome, Recorder, RequestState, Token};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -87,7 +88,7 @@ impl Target {
     /// one. (The segment check cannot be made without recording; see
     /// docs/vllm-omni.md.)
     fn refuse(&self, msg: impl FnOnce() -> String) -> PyResult<Outcome> {
-        if self.rec().snapshot(self.token).state() == RequestState::Open {
+        if self.region.get().view().snapshot(self.token).state() == RequestState::Open {
             Err(PyValueError::new_err(msg()))
         } else {
             Ok(Outcome::Closed)
@@ -275,7 +276,7 @@ impl PyStreamEdgeRecorder {
             .clone();
         let (path, token) = match &me.target {
             None => (None, None),
-            Some(t) => match t.rec().path() {
+            Some(t) => match t.region.get().view().path() {
                 // A str (not a pathlib.Path): shorter, and what `Region.path` gives.
                 Some(p) => (Some(p.as_os_str().to_owned()), Some(t.token.to_string())),
                 None => {

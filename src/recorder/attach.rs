@@ -3,26 +3,28 @@
 
 #[cfg(not(edgemark_loom))]
 use std::path::Path;
-use std::path::PathBuf;
 
-use super::{ClockShare, Recorder};
+use super::{ClockShare, Recorder, Viewer};
 use crate::clock::{self, Clock, ClockIdentity};
 use crate::mark::Edge;
 use crate::process;
-use crate::region::{self, Access, AttachError, FileOwner, Header, Opened};
+#[cfg(not(edgemark_loom))]
+use crate::region::FileOwner;
+use crate::region::{self, Access, AttachError, Header, Opened, Storage};
 use crate::schema::Schema;
 
-/// Options for attaching to an existing region file.
+/// Options for attaching to an existing region file, to write it
+/// ([`AttachOptions::attach`], a [`Recorder`]) or only to read it
+/// ([`AttachOptions::view`], a [`Viewer`]).
 ///
-/// [`Recorder::attach`](crate::Recorder::attach) is the same as
-/// `AttachOptions::new().attach(path)`.
+/// [`Recorder::attach`] is the same as `AttachOptions::new().attach(path)`,
+/// [`Viewer::attach`] as `AttachOptions::new().view(path)`.
 #[derive(Clone, Debug, Default)]
 pub struct AttachOptions {
     pub(crate) allow_foreign_clock: bool,
     pub(crate) allow_foreign_owner: bool,
     pub(crate) expect_schema: Option<Schema>,
     pub(crate) expect_edges: Option<Vec<Edge>>,
-    pub(crate) read_only: bool,
 }
 
 impl AttachOptions {
@@ -47,31 +49,6 @@ impl AttachOptions {
         self
     }
 
-    /// Opens and maps the region for reading only (default `false`): read
-    /// permission on the file is enough, which is what a monitoring user
-    /// needs. Snapshots, sweeps, counters and histograms work; every call
-    /// that writes (begin, record, start segment, close, registering a
-    /// domain) returns [`Outcome::ReadOnly`](crate::Outcome::ReadOnly) or
-    /// its equivalent and touches nothing, and a reclaim fails with
-    /// [`AttachError::ReadOnly`].
-    ///
-    /// ```
-    /// # use edgemark::{AttachOptions, Edge, Event, Mark, Outcome, Recorder};
-    /// # let dir = tempfile::tempdir()?;
-    /// # let path = dir.path().join("r.region");
-    /// let owner = Recorder::builder().edge(0, 1).create(&path)?;
-    /// let t = owner.begin().unwrap();
-    /// let viewer = AttachOptions::new().read_only(true).attach(&path)?;
-    /// assert_eq!(viewer.open_requests()?, vec![t]);
-    /// let emit = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit);
-    /// assert_eq!(viewer.record(t, emit), Outcome::ReadOnly);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn read_only(mut self, yes: bool) -> AttachOptions {
-        self.read_only = yes;
-        self
-    }
-
     /// Refuse the region unless its schema is `schema`.
     pub fn expect_schema(mut self, schema: Schema) -> AttachOptions {
         self.expect_schema = Some(schema);
@@ -84,7 +61,7 @@ impl AttachOptions {
         self
     }
 
-    /// Attaches to the region at `path`.
+    /// Attaches to the region at `path` for writing.
     ///
     /// Like every mapping of a region file, this installs edgemark's
     /// process-wide `SIGBUS` handler on first use (see
@@ -92,29 +69,65 @@ impl AttachOptions {
     #[cfg(not(edgemark_loom))]
     pub fn attach(&self, path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
         let path = path.as_ref();
-        let owner = if self.allow_foreign_owner {
+        let opened = region::open_file(path, self.file_owner(), Access::ReadWrite)?;
+        let (storage, header, clock) = self.accept(opened, Access::ReadWrite)?;
+        Ok(Recorder::from_header(
+            storage,
+            header,
+            Some(path.to_owned()),
+            clock,
+        ))
+    }
+
+    /// Attaches to the region at `path` to read it only: the file is opened
+    /// and mapped read-only, so read permission on it is enough (what a
+    /// monitoring user needs), and the [`Viewer`] has no call that writes.
+    /// Installs the `SIGBUS` handler as [`AttachOptions::attach`] does.
+    ///
+    /// ```
+    /// # use edgemark::{AttachOptions, Recorder};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("r.region");
+    /// let owner = Recorder::builder().edge(0, 1).create(&path)?;
+    /// let t = owner.begin().unwrap();
+    /// let viewer = AttachOptions::new().allow_foreign_owner(true).view(&path)?;
+    /// assert_eq!(viewer.open_requests()?, vec![t]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(not(edgemark_loom))]
+    pub fn view(&self, path: impl AsRef<Path>) -> Result<Viewer, AttachError> {
+        let path = path.as_ref();
+        let opened = region::open_file(path, self.file_owner(), Access::ReadOnly)?;
+        let (storage, header, clock) = self.accept(opened, Access::ReadOnly)?;
+        Ok(Viewer::from_header(
+            storage,
+            header,
+            Some(path.to_owned()),
+            clock,
+        ))
+    }
+
+    /// Whose files these options open.
+    #[cfg(not(edgemark_loom))]
+    fn file_owner(&self) -> FileOwner {
+        if self.allow_foreign_owner {
             FileOwner::Anyone
         } else {
             FileOwner::Me
-        };
-        let access = if self.read_only {
-            Access::ReadOnly
-        } else {
-            Access::ReadWrite
-        };
-        let opened = region::open_file(path, owner, access)?;
-        Recorder::from_opened(opened, Some(path.to_owned()), self)
+        }
     }
 
     /// Opens a private, in-memory copy of a region's bytes (a file saved for
     /// later study, say), validated exactly as [`AttachOptions::attach`]
     /// validates a file. Records into the copy change only the copy.
     pub fn attach_copy(&self, bytes: &[u8]) -> Result<Recorder, AttachError> {
-        Recorder::from_opened(region::open_copy(bytes)?, None, self)
+        let (storage, header, clock) = self.accept(region::open_copy(bytes)?, Access::ReadWrite)?;
+        Ok(Recorder::from_header(storage, header, None, clock))
     }
 
-    /// Checks a validated header against these options.
-    fn check(&self, h: &Header) -> Result<ClockShare, AttachError> {
+    /// Checks a validated header against these options; `access` is how
+    /// its storage is mapped.
+    fn check(&self, h: &Header, access: Access) -> Result<ClockShare, AttachError> {
         if let Some(s) = &self.expect_schema
             && *s != *h.schema
         {
@@ -136,7 +149,10 @@ impl AttachOptions {
         }
         Ok(if !same_clock {
             ClockShare::Foreign
-        } else if h.clock_kind == Clock::Counter && !self.read_only && !counter_agrees(h) {
+        } else if h.clock_kind == Clock::Counter
+            && access == Access::ReadWrite
+            && !counter_agrees(h)
+        {
             ClockShare::Untrusted
         } else {
             ClockShare::Shared
@@ -152,21 +168,21 @@ fn counter_agrees(h: &Header) -> bool {
         && clock::calibrate(2, 5_000_000).is_some_and(|r| clock::rates_agree(h.counter_rate, r))
 }
 
-impl Recorder {
-    /// A recorder on a validated region that `opts` accept.
-    fn from_opened(
+impl AttachOptions {
+    /// A validated region that these options accept, and how this process
+    /// shares its clock; `access` is how its storage is mapped.
+    fn accept(
+        &self,
         opened: Opened,
-        path: Option<PathBuf>,
-        opts: &AttachOptions,
-    ) -> Result<Recorder, AttachError> {
+        access: Access,
+    ) -> Result<(Storage, Header, ClockShare), AttachError> {
         let Opened { storage, header } = opened;
-        let clock = opts.check(&header)?;
-        if header.pid_namespace != process::pid_namespace() && storage.access() == Access::ReadWrite
-        {
+        let clock = self.check(&header, access)?;
+        if header.pid_namespace != process::pid_namespace() && access == Access::ReadWrite {
             // Pids in this region now mean different processes to different
             // attachers: tell everyone to stop judging them.
             region::mark_mixed_pid_namespaces(storage.words());
         }
-        Ok(Recorder::from_header(storage, header, path, clock))
+        Ok((storage, header, clock))
     }
 }

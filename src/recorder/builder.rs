@@ -105,10 +105,10 @@ impl RegionBuilder {
     /// [`Clock::Counter`] is honoured only where the kernel trusts the
     /// time-stamp counter and its calibration succeeds (about 15 ms at
     /// creation); elsewhere the region is created with
-    /// [`Clock::Monotonic`]: [`Recorder::clock`] says which it got.
+    /// [`Clock::Monotonic`]: [`Viewer::clock`](crate::Viewer::clock) says which it got.
     ///
     /// ```
-    /// # use edgemark::{Clock, Recorder};
+    /// # use edgemark::{Recorder, clock::Clock};
     /// let rec = Recorder::builder()
     ///     .edge(0, 1)
     ///     .clock(Clock::Counter)
@@ -133,7 +133,7 @@ impl RegionBuilder {
     /// that writes it: its `begin`, `start_segment` and `close` then refuse
     /// ([`Outcome::Faulted`](crate::Outcome::Faulted)), its records on that
     /// page reach nobody, and its sweeps fail with
-    /// [`AttachError::NoSpace`](crate::AttachError::NoSpace)
+    /// [`SweepError::NoSpace`](crate::SweepError::NoSpace)
     /// (`docs/limitations.md`).
     pub fn sparse(mut self, yes: bool) -> RegionBuilder {
         self.sparse = yes;
@@ -197,7 +197,7 @@ impl RegionBuilder {
     /// Creates the region in a sealed memory file that no process can shrink
     /// or grow (so none can make another's accesses fault; see
     /// `docs/limitations.md`). It lives while this process keeps the
-    /// recorder; others attach through [`Recorder::path`], a
+    /// recorder; others attach through [`Viewer::path`](crate::Viewer::path), a
     /// `/proc/<pid>/fd/<fd>` path.
     #[cfg(not(edgemark_loom))]
     pub fn create_sealed(&self) -> Result<Recorder, CreateError> {

@@ -1,14 +1,14 @@
 //! The recorder's side of past one host: a request's trace context, and the
 //! drain of the ring of closed requests.
 
-use super::{Live, Recorder};
+use super::{Live, Recorder, Viewer};
 use crate::protocol::{self, Take};
-use crate::region::{Access, AttachError};
+use crate::region::SweepError;
 use crate::snapshot::{RequestState, Snapshot};
 use crate::token::Token;
 use crate::trace::{ClosedRequest, Drained, SlotTrace, TraceContext};
 
-impl Recorder {
+impl Viewer {
     /// The trace context to hand the request's next stage on another host
     /// (with the token, in the same dispatch message): the request's trace
     /// and its own span, so that the other host's spans become its
@@ -21,7 +21,9 @@ impl Recorder {
         let words = proto.trace_words(req)?;
         SlotTrace::from_words(words).map(SlotTrace::downstream)
     }
+}
 
+impl Recorder {
     /// Begins a request under the context of a `traceparent` header value
     /// as the record path gets it (from a caller's headers): a malformed
     /// value never fails the request. It is ignored, the request begins in
@@ -41,9 +43,7 @@ impl Recorder {
         match traceparent.parse::<TraceContext>() {
             Ok(parent) => self.begin_traced(Some(parent)),
             Err(_) => {
-                if let Some(Live { inner, proto }) = self.live()
-                    && inner.storage.access() == Access::ReadWrite
-                {
+                if let Some(Live { proto, .. }) = self.live() {
                     proto.count_bad_trace();
                 }
                 self.begin_traced(None)
@@ -65,21 +65,30 @@ impl Recorder {
     /// still being written holds the drain there until the next call
     /// ([`Drained::pending`]; see [`Recorder::skip_closed`]).
     ///
-    /// Errors: [`AttachError::ReadOnly`] for a recorder attached read-only
-    /// (the cursor is written), or what [`Recorder::check`] says. A
-    /// disabled recorder or a region without a ring drains nothing.
+    /// A recorder, not a [`Viewer`]: the drain moves the readers' shared
+    /// cursor. Errors: what [`Viewer::check`] says. A disabled recorder or
+    /// a region without a ring drains nothing.
+    ///
+    /// A viewer cannot drain, as a type: this does not compile.
+    ///
+    /// ```compile_fail
+    /// # use edgemark::{Recorder, Viewer};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("r.region");
+    /// # let owner = Recorder::builder().edge(0, 1).create(&path)?;
+    /// let viewer = Viewer::attach(&path)?;
+    /// viewer.drain_closed(16, &mut Vec::new());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn drain_closed(
         &self,
         max: usize,
         out: &mut Vec<ClosedRequest>,
-    ) -> Result<Drained, AttachError> {
+    ) -> Result<Drained, SweepError> {
         let mut drained = Drained::default();
         let Some(Live { inner, proto }) = self.live() else {
             return Ok(drained);
         };
-        if inner.storage.access() != Access::ReadWrite {
-            return Err(AttachError::ReadOnly);
-        }
         inner.storage.check_len()?;
         let mut buf = Vec::with_capacity(inner.header.layout.ring_words);
         // Each step moves the cursor or stops; the bound keeps a region
@@ -131,12 +140,8 @@ impl Recorder {
     /// closer still writing then loses its request. True if this call
     /// skipped it.
     pub fn skip_closed(&self, claim: u64) -> bool {
-        match self.live() {
-            Some(Live { inner, proto }) if inner.storage.access() == Access::ReadWrite => {
-                proto.ring_skip(claim)
-            }
-            _ => false,
-        }
+        self.live()
+            .is_some_and(|Live { proto, .. }| proto.ring_skip(claim))
     }
 
     /// The closed request a taken ring entry holds, read as a close reads

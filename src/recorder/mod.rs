@@ -1,4 +1,10 @@
 //! The public recorder: the handle every process uses.
+//!
+//! This file holds the handle, what it keeps of its region, and a
+//! request's life (begin, start segment, close, snapshot); `record.rs` the
+//! record path, `sweep.rs` the reads of every slot (sweeps, reclaims,
+//! histograms), `info.rs` what the region declares and counts,
+//! `builder.rs` and `attach.rs` the two ways to a recorder.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -6,24 +12,23 @@ use std::sync::Arc;
 
 use crate::catalog::Catalog;
 use crate::clock::{self, Clock, CounterScale};
-use crate::domains::RegisterError;
-use crate::mark::{Edge, EdgeIndex, Mark};
+use crate::mark::{Edge, EdgeIndex};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Both, Closed, Discard, Found, Occupant, Proto, Reclaimed, RingWrite, Tally};
-use crate::region::{self, Access, AttachError, Header, Storage};
-use crate::report::{
-    self, Counters, EdgeHistogram, Owner, PidsUnjudged, ReclaimReport, RegionInfo,
-};
-use crate::schema::{DomainId, EventId, Schema};
+use crate::protocol::{Both, Closed, Discard, Occupant, Proto, RingWrite, Tally};
+use crate::region::{self, AttachError, Header, Storage};
+use crate::report::PidsUnjudged;
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::Token;
 use crate::trace::{SlotTrace, TraceContext};
-use crate::word::{self, CellWord};
+use record::{EVENT_IDS, RecordSpec};
 
 mod attach;
 mod builder;
 mod closed;
+mod info;
+mod record;
+mod sweep;
 
 pub use attach::AttachOptions;
 pub use builder::RegionBuilder;
@@ -57,41 +62,6 @@ impl ClockShare {
     #[inline]
     fn same_namespace(self) -> bool {
         self != ClockShare::Foreign
-    }
-}
-
-/// Event ids a mark can carry (`EventId` is a byte).
-const EVENT_IDS: usize = 1 << u8::BITS;
-
-/// What the record path needs of one schema event (of its
-/// [`EventSpec`](crate::EventSpec), and of this process's access).
-#[derive(Clone, Copy, Debug)]
-struct RecordSpec {
-    /// The event's clock domain.
-    domain: DomainId,
-    /// Whether its value word keeps the chunk sequence.
-    keeps_chunk_seq: bool,
-    /// Whether a clock-reading record of this event may take the fast path:
-    /// the event is in the region's schema, its domain is the shared clock,
-    /// this process reads that clock and may write the region. Every other
-    /// case takes [`Recorder::record_checked`], which says why not.
-    fast: bool,
-}
-
-impl RecordSpec {
-    /// The chunk field of a value word of this event for `mark`, checked.
-    #[inline]
-    fn chunk(self, mark: &Mark) -> Result<Option<u64>, Outcome> {
-        match mark.chunk_seq {
-            Some(c) if self.keeps_chunk_seq => {
-                if c > word::MAX_CHUNK_SEQ {
-                    Err(Outcome::OutOfRange)
-                } else {
-                    Ok(Some(c))
-                }
-            }
-            _ => Ok(None),
-        }
     }
 }
 
@@ -139,17 +109,81 @@ struct Inner {
 /// assert_eq!(last.segment(edge, 0).unwrap().first_chunk_seq(), Some(3));
 /// assert_eq!(rec.record(token, Mark::new(edge, Event::ConsumerFirstAccept)), Outcome::Closed);
 /// ```
+///
+/// Everything a [`Viewer`] reads, a recorder reads too: it dereferences to
+/// its viewer (`&Recorder` goes wherever `&Viewer` is asked for).
 #[derive(Clone)]
 pub struct Recorder {
+    /// The region, read through the viewer; a recorder's region is mapped
+    /// for writing.
+    view: Viewer,
+}
+
+/// A read-only handle on a region: snapshots, sweeps, counters, histograms
+/// and what the region declares, and nothing that writes. Cheap to clone
+/// (one `Arc`), `Send` and `Sync`.
+///
+/// [`AttachOptions::view`] (or [`Viewer::attach`]) opens and maps a region
+/// file for reading only, which read permission on the file allows: what a
+/// monitoring user needs. A [`Recorder`] dereferences to the viewer of its
+/// own region.
+///
+/// ```
+/// # use edgemark::{Recorder, Viewer};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("r.region");
+/// let owner = Recorder::builder().edge(0, 1).create(&path)?;
+/// let t = owner.begin().unwrap();
+/// let viewer = Viewer::attach(&path)?;
+/// assert_eq!(viewer.open_requests()?, vec![t]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A viewer cannot write, as a type: this does not compile.
+///
+/// ```compile_fail
+/// # use edgemark::{Edge, Event, Mark, Recorder, Viewer};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("r.region");
+/// # let owner = Recorder::builder().edge(0, 1).create(&path)?;
+/// # let t = owner.begin().unwrap();
+/// let viewer = Viewer::attach(&path)?;
+/// viewer.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Viewer {
     inner: Option<Arc<Inner>>,
+}
+
+impl std::ops::Deref for Recorder {
+    type Target = Viewer;
+
+    #[inline]
+    fn deref(&self) -> &Viewer {
+        &self.view
+    }
 }
 
 impl fmt::Debug for Recorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.view.debug("Recorder", f)
+    }
+}
+
+impl fmt::Debug for Viewer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.debug("Viewer", f)
+    }
+}
+
+impl Viewer {
+    /// The `Debug` text of a handle of type `name` on this region.
+    fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner {
-            None => f.write_str("Recorder(disabled)"),
+            None => write!(f, "{name}(disabled)"),
             Some(i) => f
-                .debug_struct("Recorder")
+                .debug_struct(name)
                 .field("path", &i.path)
                 .field("region_id", &format_args!("{:016x}", i.header.region_id))
                 .field("edges", &i.header.edges)
@@ -168,6 +202,15 @@ struct Live<'a> {
 }
 
 impl Inner {
+    /// The protocol over this region's words: the one place it is formed.
+    #[inline]
+    fn proto(&self) -> Proto<'_> {
+        Proto {
+            words: self.storage.words(),
+            layout: &self.header.layout,
+        }
+    }
+
     /// The token of a request of this region.
     fn token(&self, req: Occupant) -> Token {
         Token {
@@ -233,73 +276,6 @@ impl Inner {
         self.edge_index.get(edge).ok_or(Outcome::UnknownEdge)
     }
 
-    /// Checks a mark against the region's schema and edges; on success
-    /// gives the edge's index.
-    #[inline]
-    fn check_mark(&self, mark: &Mark) -> Result<usize, Outcome> {
-        if mark.event.0 as u32 >= self.header.layout.events {
-            return Err(Outcome::UnknownEvent);
-        }
-        self.edge(mark.edge)
-    }
-
-    /// The record path's view of `mark`'s event: its spec for a schema
-    /// event, and for any other id an entry that never takes the fast path.
-    #[inline]
-    fn event(&self, mark: &Mark) -> RecordSpec {
-        // One entry per possible id: no bounds check, and ids beyond the
-        // schema have entries that never take the fast path.
-        self.events[usize::from(mark.event.0)]
-    }
-
-    /// The chunk field of a value word, checked.
-    #[inline]
-    fn chunk(&self, mark: &Mark) -> Result<Option<u64>, Outcome> {
-        self.event(mark).chunk(mark)
-    }
-
-    /// The clock-reading record of a checked call: `edge` is the mark's
-    /// edge index, `event` a schema event of the shared clock's domain, and
-    /// this process reads that clock and may write.
-    #[inline]
-    fn record_now(
-        &self,
-        req: Occupant,
-        edge: usize,
-        segment: u32,
-        event: u8,
-        chunk: Option<u64>,
-    ) -> Outcome {
-        let proto = Proto {
-            words: self.storage.words(),
-            layout: &self.header.layout,
-        };
-        let counter = self.counter;
-        proto.record(req, edge, segment, usize::from(event), |origin| {
-            // One branch on the region's clock kind, which never changes.
-            let us = match counter {
-                None => {
-                    let now = clock::monotonic_ns();
-                    if now < origin {
-                        return Err(Outcome::Invalid);
-                    }
-                    (now - origin) / 1000
-                }
-                Some(scale) => {
-                    let now = clock::counter();
-                    if now < origin {
-                        return Err(Outcome::Invalid);
-                    }
-                    scale.micros(now - origin)
-                }
-            };
-            if us > word::MAX_ELAPSED_US {
-                return Err(Outcome::OutOfRange);
-            }
-            Ok(CellWord::value(0, chunk, us))
-        })
-    }
-
     /// A reading of the region's clock now (what an origin is).
     fn now(&self) -> u64 {
         match self.counter {
@@ -318,18 +294,6 @@ impl Inner {
         }
     }
 
-    /// The id of the domain called `name`: one this process has met (a
-    /// comparison of packed words per known name, no region access), else
-    /// registered or found in the region's table.
-    fn resolve_domain(&self, name: &str) -> Result<DomainId, Outcome> {
-        self.names
-            .resolve(self.storage.words(), name)
-            .map_err(|e| match e {
-                RegisterError::BadName => Outcome::UnknownDomain,
-                RegisterError::Full => Outcome::DomainTableFull,
-            })
-    }
-
     /// A refill of `snap` by a read of a request of this region (values
     /// no edgemark process writes are left out when it finishes).
     #[inline]
@@ -338,17 +302,14 @@ impl Inner {
     }
 }
 
-impl Recorder {
-    /// The protocol view, if this recorder is enabled.
+impl Viewer {
+    /// The protocol view, if this handle is enabled.
     #[inline]
     fn live(&self) -> Option<Live<'_>> {
         let inner = self.inner.as_deref()?;
         Some(Live {
             inner,
-            proto: Proto {
-                words: inner.storage.words(),
-                layout: &inner.header.layout,
-            },
+            proto: inner.proto(),
         })
     }
 
@@ -359,67 +320,15 @@ impl Recorder {
         let req = live.inner.occupant(token).ok()?;
         Some((live, req))
     }
-
-    /// The protocol view for a call that writes the region: enabled and not
-    /// attached read-only.
-    #[inline]
-    fn live_mut(&self) -> Result<Live<'_>, Outcome> {
-        let live = self.live().ok_or(Outcome::Disabled)?;
-        if live.inner.storage.access() == Access::ReadWrite {
-            Ok(live)
-        } else {
-            Err(Outcome::ReadOnly)
-        }
-    }
-
-    /// The protocol view for a sweep of all slots: `None` when disabled, an
-    /// error if the region's file no longer has its full length (see
-    /// [`Recorder::check`]).
-    fn live_for_sweep(&self) -> Result<Option<Live<'_>>, AttachError> {
-        match self.live() {
-            None => Ok(None),
-            Some(live) => live.inner.storage.check_len().map(|()| Some(live)),
-        }
-    }
 }
 
-impl Live<'_> {
-    /// Every open request, in slot order, for `f`; stops and fails as soon
-    /// as an access found the file shrunk (its pages then read as zeros).
-    /// Slots in a hole of the file are skipped: never written, they are
-    /// free ([`Storage::slot_runs`]).
-    fn sweep(&self, f: impl FnMut(Found)) -> Result<(), AttachError> {
-        self.sweep_runs(|from, to| self.proto.open_slots(from, to), f)
-    }
-
-    /// The one sweep loop: `each` turns a run of slots that may have been
-    /// written ([`Storage::slot_runs`]) into the items it holds, `f` takes
-    /// them in order; the mapping's faulted flag is checked before each item
-    /// is handed over and at the end, and a fault stops the sweep with its
-    /// error.
-    fn sweep_runs<I: Iterator>(
-        &self,
-        mut each: impl FnMut(u32, u32) -> I,
-        mut f: impl FnMut(I::Item),
-    ) -> Result<(), AttachError> {
-        let storage = &self.inner.storage;
-        let mut faulted = false;
-        storage.slot_runs(&self.inner.header.layout, |from, to| {
-            if faulted {
-                return;
-            }
-            for item in each(from, to) {
-                if storage.faulted() {
-                    faulted = true;
-                    return;
-                }
-                f(item);
-            }
-        });
-        if faulted || storage.faulted() {
-            return Err(storage.fault_error());
-        }
-        Ok(())
+impl Recorder {
+    /// The protocol view for a call that writes the region (only a recorder
+    /// has them, and its region is mapped for writing): [`Outcome::Disabled`]
+    /// when disabled.
+    #[inline]
+    fn live_mut(&self) -> Result<Live<'_>, Outcome> {
+        self.live().ok_or(Outcome::Disabled)
     }
 }
 
@@ -439,7 +348,30 @@ impl Recorder {
     /// A recorder that records nothing: every call returns
     /// [`Outcome::Disabled`] or an empty snapshot.
     pub const fn disabled() -> Recorder {
-        Recorder { inner: None }
+        Recorder {
+            view: Viewer { inner: None },
+        }
+    }
+
+    /// A recorder on a region whose storage is writable.
+    fn from_header(
+        storage: Storage,
+        header: Header,
+        path: Option<PathBuf>,
+        clock: ClockShare,
+    ) -> Recorder {
+        Recorder {
+            view: Viewer::from_header(storage, header, path, clock),
+        }
+    }
+}
+
+impl Viewer {
+    /// Attaches to an existing region file to read it only, with default
+    /// options: the same as `AttachOptions::new().view(path)`.
+    #[cfg(not(edgemark_loom))]
+    pub fn attach(path: impl AsRef<Path>) -> Result<Viewer, AttachError> {
+        AttachOptions::new().view(path)
     }
 
     fn from_header(
@@ -447,25 +379,10 @@ impl Recorder {
         header: Header,
         path: Option<PathBuf>,
         clock: ClockShare,
-    ) -> Recorder {
-        let mut events = [RecordSpec {
-            domain: DomainId::HOST_MONOTONIC,
-            keeps_chunk_seq: false,
-            fast: false,
-        }; EVENT_IDS];
-        let writable = storage.access() == Access::ReadWrite;
-        for (spec, e) in events
-            .iter_mut()
-            .zip(header.schema.events())
-            .take(header.layout.events as usize)
-        {
-            *spec = RecordSpec {
-                domain: e.domain(),
-                keeps_chunk_seq: e.keeps_chunk_seq(),
-                fast: writable && clock.reads_clock() && e.domain() == DomainId::HOST_MONOTONIC,
-            };
-        }
-        Recorder {
+    ) -> Viewer {
+        // Only a recorder records, and its storage is writable.
+        let events = RecordSpec::table(&header, clock.reads_clock());
+        Viewer {
             inner: Some(Arc::new(Inner {
                 names: Arc::new(Catalog::new(Arc::clone(&header.schema))),
                 edge_index: EdgeIndex::new(&header.edges),
@@ -482,12 +399,15 @@ impl Recorder {
         }
     }
 
-    /// Whether this recorder records (it is not [`Recorder::disabled`]).
+    /// Whether this handle is on a region (it is not
+    /// [`Recorder::disabled`]).
     #[inline]
     pub fn is_enabled(&self) -> bool {
         self.inner.is_some()
     }
+}
 
+impl Recorder {
     /// Begins a request: claims a free slot, sets the request's origin to
     /// now on the shared clock, and mints its token.
     ///
@@ -505,7 +425,7 @@ impl Recorder {
 
     /// Begins a request as [`Recorder::begin`] does, under the W3C trace
     /// context `parent` (the caller's span: a `traceparent` it was given,
-    /// or the [`Recorder::trace_context`] of the request's part on another
+    /// or the [`Viewer::trace_context`] of the request's part on another
     /// host), or in a new trace when `None`. The region keeps the context
     /// with the request's origin and its wall-clock time
     /// (`CLOCK_REALTIME`, which places spans in absolute time and is never
@@ -555,166 +475,6 @@ impl Recorder {
             Some(req) => Ok(inner.token(req)),
             None => Err(proto.count(Outcome::RegionFull)),
         }
-    }
-
-    /// Records `mark` for the request `token` at the current time on the
-    /// shared clock (elapsed from the request's origin).
-    ///
-    /// The record path is one compare-and-swap on the event's cell plus the
-    /// clock read: no lock, no allocation, no system call, no shared counter
-    /// written on success. It never panics; see [`Outcome`] for what it can
-    /// say.
-    #[inline]
-    pub fn record(&self, token: Token, mark: Mark) -> Outcome {
-        let Some(inner) = self.inner.as_deref() else {
-            return Outcome::Disabled;
-        };
-        // The token is checked once, here; `record_checked` reports what
-        // this check found in its place in the order of refusals.
-        let req = inner.occupant(token);
-        // The fast path: every check of `record_checked` that a valid call
-        // passes, folded into flags computed when the recorder was made.
-        let spec = inner.event(&mark);
-        if spec.fast
-            && mark.meaningful
-            && let (Ok(req), Some(edge), Ok(chunk)) =
-                (req, inner.edge_index.get(mark.edge), spec.chunk(&mark))
-        {
-            return inner.record_now(req, edge, mark.segment, mark.event.0, chunk);
-        }
-        self.record_checked(req, mark)
-    }
-
-    /// [`Recorder::record`] with every check in the order that decides
-    /// which refusal a call gets.
-    #[cold]
-    #[inline(never)]
-    fn record_checked(&self, req: Result<Occupant, Outcome>, mark: Mark) -> Outcome {
-        let Live { inner, proto } = match self.live_mut() {
-            Ok(live) => live,
-            Err(why) => return why,
-        };
-        if !mark.meaningful {
-            return Outcome::NotMeaningful;
-        }
-        let (req, edge) = match req.and_then(|req| Ok((req, inner.check_mark(&mark)?))) {
-            Ok(checked) => checked,
-            Err(why) => return proto.count(why),
-        };
-        if !inner.clock.reads_clock() || inner.event(&mark).domain.0 != 0 {
-            return proto.count(Outcome::ClockMismatch);
-        }
-        match inner.chunk(&mark) {
-            Ok(chunk) => inner.record_now(req, edge, mark.segment, mark.event.0, chunk),
-            Err(why) => proto.count(why),
-        }
-    }
-
-    /// Records `mark` with an elapsed time measured elsewhere: `elapsed_ms`
-    /// milliseconds from the request's origin in the clock domain `domain`,
-    /// for worker-local durations and other clocks.
-    ///
-    /// A domain the region does not hold yet is registered on first use
-    /// (see [`Recorder::register_domain`]). A negative, infinite or NaN
-    /// elapsed time is refused as [`Outcome::Invalid`] and leaves no state.
-    /// `"host_monotonic"` is refused as [`Outcome::ClockMismatch`] (counted)
-    /// by a process that does not share the region's clock, and in a region
-    /// whose shared clock is the counter ([`crate::Clock::Counter`]), where
-    /// only the clock-reading [`Recorder::record`] fills that domain.
-    /// Values are kept to the microsecond.
-    ///
-    /// ```
-    /// # use edgemark::{Edge, Event, Mark, Recorder};
-    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// let t = rec.begin().unwrap();
-    /// let emit = Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit);
-    /// assert!(rec.record_elapsed(t, emit, 10.0, "talker_worker").is_success());
-    /// let snap = rec.snapshot(t);
-    /// let seg = snap.segment(Edge::new(0, 1), 0).unwrap();
-    /// assert_eq!(seg.domain(Event::ProducerFirstNonemptyEmit), Some("talker_worker"));
-    /// assert_eq!(seg.elapsed_ms(Event::ProducerFirstNonemptyEmit), Some(10.0));
-    /// ```
-    pub fn record_elapsed(
-        &self,
-        token: Token,
-        mark: Mark,
-        elapsed_ms: f64,
-        domain: &str,
-    ) -> Outcome {
-        let Live { inner, proto } = match self.live_mut() {
-            Ok(live) => live,
-            Err(why) => return why,
-        };
-        if !mark.meaningful {
-            return Outcome::NotMeaningful;
-        }
-        if !elapsed_ms.is_finite() || elapsed_ms < 0.0 {
-            return proto.count(Outcome::Invalid);
-        }
-        let (req, edge) = match inner
-            .occupant(token)
-            .and_then(|req| Ok((req, inner.check_mark(&mark)?)))
-        {
-            Ok(checked) => checked,
-            Err(why) => return proto.count(why),
-        };
-        let domain = match inner.resolve_domain(domain) {
-            Ok(d) => d,
-            Err(why) => return proto.count(why),
-        };
-        // `host_monotonic` values come from the region's shared clock; in a
-        // counter region a duration measured elsewhere cannot be one (its
-        // origin is not the counter's), so it is refused rather than mixed.
-        if domain.0 == 0 && (!inner.clock.reads_clock() || inner.counter.is_some()) {
-            return proto.count(Outcome::ClockMismatch);
-        }
-        let us = (elapsed_ms * 1000.0).round();
-        if us > word::MAX_ELAPSED_US as f64 {
-            return proto.count(Outcome::OutOfRange);
-        }
-        let chunk = match inner.chunk(&mark) {
-            Ok(c) => c,
-            Err(why) => return proto.count(why),
-        };
-        let value = CellWord::value(domain.0, chunk, us as u64);
-        proto.record(req, edge, mark.segment, usize::from(mark.event.0), |_| {
-            Ok(value)
-        })
-    }
-
-    /// The id of the clock domain `name`, registering it in the region if no
-    /// process has yet. Registration is lock-free and idempotent: processes
-    /// that register one name at once get one id. A region holds at most
-    /// [`MAX_DOMAINS`](crate::MAX_DOMAINS) domains, declared and registered
-    /// together.
-    ///
-    /// Errors: [`Outcome::UnknownDomain`] for a name that cannot name a
-    /// domain (empty or blank, over 32 bytes, a control or invisible format
-    /// character such as a bidirectional control),
-    /// [`Outcome::DomainTableFull`] (counted) when the table is full,
-    /// [`Outcome::Disabled`].
-    ///
-    /// ```
-    /// # use edgemark::{DomainId, Recorder};
-    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// assert_eq!(rec.register_domain("host_monotonic"), Ok(DomainId::HOST_MONOTONIC));
-    /// let sender = rec.register_domain("sender").unwrap();
-    /// assert_eq!(rec.register_domain("sender"), Ok(sender));
-    /// assert_eq!(rec.domains(), ["host_monotonic", "sender"]);
-    /// ```
-    pub fn register_domain(&self, name: &str) -> Result<DomainId, Outcome> {
-        let Live { inner, proto } = self.live_mut()?;
-        inner.resolve_domain(name).map_err(|why| match why {
-            Outcome::DomainTableFull => proto.count(why),
-            other => other,
-        })
-    }
-
-    /// Every clock domain of the region, declared and registered, in id
-    /// order; empty when disabled.
-    pub fn domains(&self) -> Vec<String> {
-        self.live()
-            .map_or_else(Vec::new, |live| live.inner.names.all(live.proto.words))
     }
 
     /// Starts segment `segment` on `edge` of the request: a control
@@ -768,9 +528,6 @@ impl Recorder {
         let Some((Live { inner, proto }, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
-        if inner.storage.access() == Access::ReadOnly {
-            return Snapshot::gone();
-        }
         if inner.storage.faulted() {
             return Snapshot::empty(RequestState::Faulted);
         }
@@ -818,6 +575,15 @@ impl Recorder {
         }
     }
 
+    /// A detached snapshot of the request as it is now: the same as
+    /// [`Viewer::snapshot`] of this recorder's viewer.
+    #[inline]
+    pub fn snapshot(&self, token: Token) -> Snapshot {
+        self.view.snapshot(token)
+    }
+}
+
+impl Viewer {
     /// A detached snapshot of the request as it is now. An empty snapshot in
     /// state [`RequestState::Gone`] if the token names no open request.
     pub fn snapshot(&self, token: Token) -> Snapshot {
@@ -831,357 +597,5 @@ impl Recorder {
         }
         fill.finish(RequestState::Open, proto.words);
         snap
-    }
-
-    /// Checks that the region's file still has its full length and that no
-    /// access has found it shrunk since it was attached (another process
-    /// with write access can shrink it; see `docs/design.md`, "A file shrunk
-    /// under a mapping"). Sweeps of all slots call this first and fail with
-    /// its error; single-request calls do not (it is a system call). An
-    /// in-memory region always passes.
-    pub fn check(&self) -> Result<(), AttachError> {
-        self.live()
-            .map_or(Ok(()), |live| live.inner.storage.check_len())
-    }
-
-    /// The tokens of every open request, in slot order (a sweep of all
-    /// slots). Empty when disabled.
-    ///
-    /// Errors: what [`Recorder::check`] says before the sweep, or
-    /// [`AttachError::Shrunk`] if the file was found shrunk during it.
-    pub fn open_requests(&self) -> Result<Vec<Token>, AttachError> {
-        self.check()?;
-        self.open_requests_checked()
-    }
-
-    /// [`Recorder::open_requests`] for a caller that has just run
-    /// [`Recorder::check`] and runs it again after (the exporter's scrape):
-    /// the sweep still fails on a page lost during it, without a second
-    /// `fstat`.
-    pub(crate) fn open_requests_checked(&self) -> Result<Vec<Token>, AttachError> {
-        let mut out = Vec::new();
-        if let Some(live) = self.live() {
-            live.sweep(|found| out.push(live.inner.token(found.req)))?;
-        }
-        Ok(out)
-    }
-
-    /// Snapshots of every open request: one sweep of the region, collected.
-    /// [`Recorder::for_each_open`] does the same without holding them all.
-    /// Errors as [`Recorder::for_each_open`].
-    pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, AttachError> {
-        let mut out = Vec::new();
-        self.snapshot_open_into(&mut out)?;
-        Ok(out)
-    }
-
-    /// [`Recorder::snapshot_open`] into a buffer the caller keeps between
-    /// sweeps: `out` is replaced by the snapshots of every open request, and
-    /// its storage, and that of the snapshots already in it, is reused. A
-    /// sweep into a buffer that an earlier sweep of as many requests filled
-    /// allocates nothing, as long as no request has more than two edge
-    /// segments with events (a snapshot holds two inline).
-    ///
-    /// Errors as [`Recorder::for_each_open`]; on an error `out` holds the
-    /// snapshots swept before it.
-    ///
-    /// ```
-    /// # use edgemark::{Edge, Event, Mark, Recorder};
-    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// let t = rec.begin().unwrap();
-    /// rec.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
-    /// let mut open = Vec::new();
-    /// for _ in 0..3 {
-    ///     // An exporter's loop: one buffer for every scrape.
-    ///     rec.snapshot_open_into(&mut open)?;
-    ///     assert_eq!(open.len(), 1);
-    ///     assert_eq!(open[0].0, t);
-    /// }
-    /// # Ok::<(), edgemark::AttachError>(())
-    /// ```
-    pub fn snapshot_open_into(&self, out: &mut Vec<(Token, Snapshot)>) -> Result<(), AttachError> {
-        let mut filled = 0;
-        let swept = match self.live_for_sweep() {
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-            Ok(Some(live)) => {
-                let Live { inner, proto } = live;
-                live.sweep(|found| {
-                    if filled == out.len() {
-                        out.push((inner.token(found.req), Snapshot::empty(RequestState::Open)));
-                    }
-                    // Read straight into the buffer's next snapshot; one
-                    // read that fails (the request closed meanwhile) is
-                    // overwritten by the next or truncated.
-                    let (token, snap) = &mut out[filled];
-                    let mut fill = inner.refill(snap);
-                    if proto.snapshot_found(found, &mut fill) {
-                        fill.finish(RequestState::Open, proto.words);
-                        *token = inner.token(found.req);
-                        filled += 1;
-                    }
-                })
-            }
-        };
-        out.truncate(filled);
-        swept
-    }
-
-    /// One sweep of the region: calls `f` with the token and a snapshot of
-    /// each open request, slot by slot, one snapshot at a time (a request
-    /// closed while the sweep passes is left out).
-    ///
-    /// The snapshot is lent: the sweep reads each request into one snapshot
-    /// that it refills in place, so a sweep of requests with up to two edge
-    /// segments with events allocates nothing and touches no reference
-    /// count. Clone it to keep it (or collect the sweep with
-    /// [`Recorder::snapshot_open`]).
-    ///
-    /// Errors: what [`Recorder::check`] says before the sweep (nothing is
-    /// swept), or [`AttachError::Shrunk`] if the file was found shrunk
-    /// during it (the sweep stops there; what `f` was given before is
-    /// real).
-    ///
-    /// ```
-    /// # use edgemark::{Edge, Event, Mark, Recorder, Snapshot, Token};
-    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// let idle = rec.begin().unwrap();
-    /// let busy = rec.begin().unwrap();
-    /// rec.record(busy, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
-    /// let mut open = 0;
-    /// let mut kept: Vec<(Token, Snapshot)> = Vec::new();
-    /// rec.for_each_open(|token, snapshot| {
-    ///     open += 1;
-    ///     if !snapshot.is_empty() {
-    ///         // Detached: an owned copy outlives the sweep.
-    ///         kept.push((token, snapshot.clone()));
-    ///     }
-    /// })?;
-    /// assert_eq!(open, 2);
-    /// assert_eq!(kept.len(), 1);
-    /// assert_eq!(kept[0].0, busy);
-    /// assert_eq!(kept[0].1, rec.snapshot(busy));
-    /// # let _ = idle;
-    /// # Ok::<(), edgemark::AttachError>(())
-    /// ```
-    pub fn for_each_open(&self, mut f: impl FnMut(Token, &Snapshot)) -> Result<(), AttachError> {
-        let Some(live) = self.live_for_sweep()? else {
-            return Ok(());
-        };
-        let Live { inner, proto } = live;
-        // One snapshot for the whole sweep, refilled in place for each
-        // request: its segments keep their storage and catalog handles.
-        let mut snap = Snapshot::empty(RequestState::Open);
-        live.sweep(|found| {
-            // A snapshot read from a page replaced under it is zeros, which
-            // no open request holds: the read says so for it, and the
-            // sweep fails at its next slot.
-            let mut fill = inner.refill(&mut snap);
-            if proto.snapshot_found(found, &mut fill) {
-                fill.finish(RequestState::Open, proto.words);
-                f(inner.token(found.req), &snap);
-            }
-        })
-    }
-
-    /// The owner identity of the process that began the request in
-    /// `token`'s slot.
-    pub fn owner(&self, token: Token) -> Option<Owner> {
-        let (live, req) = self.live_for(token)?;
-        Some(live.proto.owner(req.slot))
-    }
-
-    /// The region's schema; `None` when disabled.
-    pub fn schema(&self) -> Option<&Schema> {
-        self.live().map(|live| &*live.inner.header.schema)
-    }
-
-    /// The declared edges, in order; empty when disabled.
-    pub fn edges(&self) -> &[Edge] {
-        self.live().map_or(&[], |live| &live.inner.header.edges)
-    }
-
-    /// The id of the event called `name` in the region's schema.
-    pub fn event(&self, name: &str) -> Option<EventId> {
-        self.schema()?.event(name)
-    }
-
-    /// The region file's path, for a file-backed region.
-    pub fn path(&self) -> Option<&Path> {
-        self.live()?.inner.path.as_deref()
-    }
-
-    /// The kind of the region's shared clock; `None` when disabled.
-    pub fn clock(&self) -> Option<Clock> {
-        Some(self.live()?.inner.header.clock_kind)
-    }
-
-    /// The region's geometry and identity; `None` when disabled.
-    pub fn info(&self) -> Option<RegionInfo> {
-        let i = self.live()?.inner;
-        let h = &i.header;
-        Some(RegionInfo {
-            region_id: h.region_id,
-            slots: h.layout.slots,
-            segments: h.layout.segments,
-            slot_stride: h.layout.slot_stride_bytes(),
-            slots_offset: h.layout.slots_offset_bytes(),
-            ring_entries: h.layout.ring_entries,
-            ring_stride: h.layout.ring_stride_bytes(),
-            bytes: h.layout.bytes(),
-            clock: h.clock,
-            shares_clock: i.clock.reads_clock(),
-            clock_kind: h.clock_kind,
-            created_unix_ns: h.created_unix_ns,
-            creator_pid: h.creator_pid,
-            group_access: h.group_access,
-            mixed_pid_namespaces: i.mixed_pid_namespaces(),
-            pids_unjudged: i.pids_unjudged(),
-        })
-    }
-
-    /// Whether the process that created the region still runs: `None` when
-    /// this process cannot tell (it does not judge pids here, see
-    /// [`RegionInfo::pids_unjudged`], or the recorder is disabled or in
-    /// memory). A pid that was reused by another process counts as alive.
-    pub fn creator_alive(&self) -> Option<bool> {
-        let i = self.live()?.inner;
-        if i.path.is_none() || !i.trusts_pids() {
-            return None;
-        }
-        let pid = u32::try_from(i.header.creator_pid).ok()?;
-        Some(process::pid_alive(pid))
-    }
-
-    /// Frees the slots of dead processes: open requests whose owner (the
-    /// process that began them, by pid and start time, so a reused pid does
-    /// not fool it) is gone, and control operations whose process died
-    /// holding the slot. Live owners' slots are left alone. The freed
-    /// requests' values are discarded.
-    ///
-    /// Assumes every process sharing the region is in this process's pid
-    /// namespace (see `docs/limitations.md`).
-    ///
-    /// Frees nothing when pids cannot be trusted: this process is in another
-    /// pid namespace than the region's creator, or some process from another
-    /// one has attached for writing (`docs/limitations.md`); the report's
-    /// [`ReclaimReport::unjudged`] then says which.
-    ///
-    /// Errors: as [`Recorder::reclaim_where`].
-    pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, AttachError> {
-        self.reclaim_dead(false)
-    }
-
-    /// [`Recorder::reclaim_dead_owners`] that judges every owner and lock
-    /// holder as a process of this process's pid namespace, even when the
-    /// region is shared across pid namespaces
-    /// ([`RegionInfo::pids_unjudged`]). Use it only when the processes of
-    /// other namespaces that attached are gone or never began a request:
-    /// a live owner there whose pid names no process here loses its
-    /// request.
-    ///
-    /// Errors: as [`Recorder::reclaim_where`].
-    pub fn reclaim_dead_owners_in_this_namespace(&self) -> Result<ReclaimReport, AttachError> {
-        self.reclaim_dead(true)
-    }
-
-    fn reclaim_dead(&self, judge_anyway: bool) -> Result<ReclaimReport, AttachError> {
-        let Some(Live { inner, .. }) = self.live() else {
-            return Ok(ReclaimReport::default());
-        };
-        if inner.storage.access() == Access::ReadOnly {
-            return Err(AttachError::ReadOnly);
-        }
-        if let (Some(why), false) = (inner.pids_unjudged(), judge_anyway) {
-            // Still fail as a sweep would on a damaged mapping.
-            inner.storage.check_len()?;
-            return Ok(ReclaimReport {
-                unjudged: Some(why),
-                ..ReclaimReport::default()
-            });
-        }
-        // Start times are compared only in the region's time namespace.
-        let compare_start = inner.clock.same_namespace();
-        self.reclaim_where(
-            |owner| {
-                let start = if compare_start { owner.start_ticks } else { 0 };
-                !process::owner_alive(owner.pid, start)
-            },
-            |tid| !process::pid_alive(tid),
-        )
-    }
-
-    /// [`Recorder::reclaim_dead_owners`] with the caller's own judgement of
-    /// which processes are gone: `owner_dead` for the owner of an open
-    /// request, `holder_dead` for the pid holding a slot's control lock.
-    /// A slot that changes while it is judged is left alone.
-    ///
-    /// Errors: [`AttachError::ReadOnly`] for a read-only recorder; what
-    /// [`Recorder::check`] says before the sweep; [`AttachError::Shrunk`] if
-    /// the file was found shrunk during it (what was freed before stays
-    /// freed).
-    pub fn reclaim_where(
-        &self,
-        owner_dead: impl Fn(Owner) -> bool,
-        holder_dead: impl Fn(u32) -> bool,
-    ) -> Result<ReclaimReport, AttachError> {
-        let mut report = ReclaimReport::default();
-        let Some(live) = self.live_for_sweep()? else {
-            return Ok(report);
-        };
-        let Live { inner, proto } = live;
-        if inner.storage.access() == Access::ReadOnly {
-            return Err(AttachError::ReadOnly);
-        }
-        let me = holder();
-        let owner_alive = |owner| !owner_dead(owner);
-        let holder_alive = |pid| !holder_dead(pid);
-        live.sweep_runs(
-            |from, to| from..to,
-            |slot| match proto.reclaim(slot, me, owner_alive, holder_alive) {
-                Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
-                Some(Reclaimed::DeadHolder { live_owner }) => {
-                    report.dead_holders += 1;
-                    report.live_owners_locked += u32::from(live_owner);
-                }
-                None => {}
-            },
-        )?;
-        Ok(report)
-    }
-
-    /// The region's counters of refused records and dropped segments.
-    pub fn counters(&self) -> Counters {
-        self.live()
-            .map_or_else(Counters::default, |live| report::counters(live.proto.words))
-    }
-
-    /// The histograms of every closed request's values and deltas, per edge:
-    /// for each edge, one per schema event, then one per delta between
-    /// consecutive events (recorded in one clock domain, in order).
-    ///
-    /// Empty when disabled. Errors as [`Recorder::check`], before or after
-    /// the histograms are read.
-    pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
-        self.check()?;
-        self.histograms_checked()
-    }
-
-    /// [`Recorder::histograms`] for a caller that runs [`Recorder::check`]
-    /// before and after ([`Recorder::open_requests_checked`]).
-    pub(crate) fn histograms_checked(&self) -> Result<Vec<EdgeHistogram>, AttachError> {
-        let Some(Live { inner, proto }) = self.live() else {
-            return Ok(Vec::new());
-        };
-        let h = report::histograms(
-            proto.words,
-            proto.layout,
-            &inner.header.schema,
-            &inner.header.edges,
-        );
-        if inner.storage.faulted() {
-            return Err(inner.storage.fault_error());
-        }
-        Ok(h)
     }
 }

@@ -1,4 +1,4 @@
-//! Why a region could not be created or attached.
+//! Why a region could not be created or attached, or a sweep of it failed.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -124,19 +124,12 @@ pub enum AttachError {
     BootMismatch,
     /// The region was created in another time namespace.
     TimeNamespaceMismatch,
-    /// The file was shrunk under this process's mapping after it was
-    /// attached (another process truncated it): what is left of the mapping
-    /// no longer shows the region, so sweeps and snapshots stop.
+    /// The file was shrunk under the mapping while the header was read
+    /// (another process truncated it): attach it again once it is whole.
     Shrunk,
-    /// A page of a sparse region (created with
-    /// [`RegionBuilder::sparse`](crate::RegionBuilder::sparse)) could not be
-    /// allocated when this process first wrote it: its file system was
-    /// full. The file still has its length, but what this process wrote to
-    /// that page reached no other process, so sweeps and snapshots stop.
+    /// A page of a sparse region could not be allocated while the header
+    /// was read: its file system is full.
     NoSpace,
-    /// The call writes the region, and this recorder was attached read-only
-    /// ([`AttachOptions::read_only`](crate::AttachOptions::read_only)).
-    ReadOnly,
 }
 
 impl fmt::Display for AttachError {
@@ -174,14 +167,11 @@ impl fmt::Display for AttachError {
             AttachError::TimeNamespaceMismatch => f.write_str(
                 "the region was created in another time namespace; its monotonic clock is not this one",
             ),
-            AttachError::ReadOnly => f.write_str(
-                "the region was attached read-only and this call writes it",
-            ),
             AttachError::Shrunk => f.write_str(
-                "the region file was truncated under this process after it was attached; attach it again once it is whole",
+                "the region file was truncated under this process while it was attached; attach it again once it is whole",
             ),
             AttachError::NoSpace => f.write_str(
-                "no space left on the file system for a page of this sparse region: what this process wrote there was lost; free space, then attach it again",
+                "no space left on the file system for a page of this sparse region; free space, then attach it again",
             ),
         }
     }
@@ -189,3 +179,55 @@ impl fmt::Display for AttachError {
 
 // As for CreateError: the inner errors are in the Display text.
 impl std::error::Error for AttachError {}
+
+/// Why a read of every slot failed (a sweep of the open requests, a
+/// reclaim, the histograms, or [`Viewer::check`](crate::Viewer::check)):
+/// this process's mapping of the region is no longer whole. Snapshots of
+/// single requests do not check (see [`Outcome::Faulted`](crate::Outcome::Faulted)
+/// for the calls that write). Attach the file again once it is whole.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SweepError {
+    /// The file is now shorter than the mapping: another process truncated
+    /// it after it was attached (found by its length, before a sweep).
+    Truncated {
+        /// The file's length.
+        actual: u64,
+        /// The length of the mapping, which the geometry implies.
+        expected: u64,
+    },
+    /// The file was shrunk under this process's mapping after it was
+    /// attached (another process truncated it), found by an access to a
+    /// lost page: what is left of the mapping no longer shows the region,
+    /// so sweeps stop.
+    Shrunk,
+    /// A page of a sparse region (created with
+    /// [`RegionBuilder::sparse`](crate::RegionBuilder::sparse)) could not be
+    /// allocated when this process first wrote it: its file system was
+    /// full. The file still has its length, but what this process wrote to
+    /// that page reached no other process, so sweeps stop.
+    NoSpace,
+    /// The file's length could not be read.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for SweepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SweepError::Truncated { actual, expected } => write!(
+                f,
+                "the region file is {actual} bytes but its geometry needs {expected}"
+            ),
+            SweepError::Shrunk => f.write_str(
+                "the region file was truncated under this process after it was attached; attach it again once it is whole",
+            ),
+            SweepError::NoSpace => f.write_str(
+                "no space left on the file system for a page of this sparse region: what this process wrote there was lost; free space, then attach it again",
+            ),
+            SweepError::Io(e) => write!(f, "cannot read the region file's length: {e}"),
+        }
+    }
+}
+
+// As for CreateError: the I/O error is in the Display text.
+impl std::error::Error for SweepError {}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 #[cfg(not(edgemark_loom))]
 use rustix::{fs::OFlags, io::Errno};
 
-use super::error::{AttachError, CreateError};
+use super::error::{AttachError, CreateError, SweepError};
 use super::header::{Header, read_header, write_header};
 use crate::layout::{HEADER_BYTES, MAX_REGION_BYTES};
 use crate::sync::{AtomicU64, HeapWords, Ordering};
@@ -68,7 +68,7 @@ impl fmt::Debug for Storage {
 
 impl Storage {
     /// For a mapped region, whether its file still has its full length.
-    pub(crate) fn check_len(&self) -> Result<(), AttachError> {
+    pub(crate) fn check_len(&self) -> Result<(), SweepError> {
         match self {
             Storage::Heap(_) => Ok(()),
             #[cfg(not(edgemark_loom))]
@@ -85,16 +85,6 @@ impl Storage {
         }
     }
 
-    /// Whether the words may be written.
-    #[inline]
-    pub(crate) fn access(&self) -> Access {
-        match self {
-            Storage::Heap(_) => Access::ReadWrite,
-            #[cfg(not(edgemark_loom))]
-            Storage::Mapped(m) => m.access,
-        }
-    }
-
     /// Whether an access lost a page of the mapping: the file shrunk under
     /// it, or (a sparse region) its file system had no space for the page.
     /// One relaxed load; no system call. Never for the heap.
@@ -108,13 +98,13 @@ impl Storage {
     }
 
     /// The error for a faulted mapping ([`Storage::faulted`]): why the
-    /// first page was lost, [`AttachError::Shrunk`] or
-    /// [`AttachError::NoSpace`]. `Shrunk` if none was.
-    pub(crate) fn fault_error(&self) -> AttachError {
+    /// first page was lost, [`SweepError::Shrunk`] or
+    /// [`SweepError::NoSpace`]. `Shrunk` if none was.
+    pub(crate) fn fault_error(&self) -> SweepError {
         match self {
-            Storage::Heap(_) => AttachError::Shrunk,
+            Storage::Heap(_) => SweepError::Shrunk,
             #[cfg(not(edgemark_loom))]
-            Storage::Mapped(m) => m.fault_error().unwrap_or(AttachError::Shrunk),
+            Storage::Mapped(m) => m.fault_error().unwrap_or(SweepError::Shrunk),
         }
     }
 
@@ -149,17 +139,18 @@ pub(crate) struct Mapped {
     /// The mapping, guarded; the file is kept open with it: its length is
     /// re-checked before sweeps, and a sealed region lives as long as it is
     /// open.
+    ///
+    /// A read-only mapping ([`Access::ReadOnly`]) must never be written: it
+    /// is only ever held by a [`Viewer`](crate::Viewer), which has no call
+    /// that writes.
     map: crate::fault::GuardedMap,
-    /// Whether the mapping is writable; a read-only one must never be
-    /// written (the recorder refuses every writing call before it).
-    access: Access,
 }
 
 #[cfg(not(edgemark_loom))]
 impl Mapped {
     fn new(file: std::fs::File, len: u64, access: Access) -> std::io::Result<Mapped> {
         let map = crate::fault::GuardedMap::new(file, len as usize, access == Access::ReadWrite)?;
-        Ok(Mapped { map, access })
+        Ok(Mapped { map })
     }
 
     /// See [`Storage::slot_runs`].
@@ -196,29 +187,24 @@ impl Mapped {
 
     /// Whether the file still covers the whole mapping. Touching mapped
     /// pages past the end of a shrunk file raises SIGBUS.
-    fn check_len(&self) -> Result<(), AttachError> {
+    fn check_len(&self) -> Result<(), SweepError> {
         if let Some(e) = self.fault_error() {
             return Err(e);
         }
-        let actual = self
-            .map
-            .file()
-            .metadata()
-            .map_err(|e| AttachError::Io(PathBuf::from("(mapped region)"), e))?
-            .len();
+        let actual = self.map.file().metadata().map_err(SweepError::Io)?.len();
         let expected = self.map.len() as u64;
         if actual < expected {
-            return Err(AttachError::Length { actual, expected });
+            return Err(SweepError::Truncated { actual, expected });
         }
         Ok(())
     }
 
     /// The error that says why an access lost a page of the mapping, if
     /// one did (`fault.rs`).
-    fn fault_error(&self) -> Option<AttachError> {
+    fn fault_error(&self) -> Option<SweepError> {
         self.map.fault().map(|f| match f {
-            crate::fault::Fault::Shrunk => AttachError::Shrunk,
-            crate::fault::Fault::NoSpace => AttachError::NoSpace,
+            crate::fault::Fault::Shrunk => SweepError::Shrunk,
+            crate::fault::Fault::NoSpace => SweepError::NoSpace,
         })
     }
 
@@ -524,9 +510,12 @@ pub(crate) fn open_file(
     }
     let mapped = Mapped::new(file, len, access).map_err(io)?;
     let header = read_header(mapped.words(), len)?;
-    if let Some(e) = mapped.fault_error() {
+    if let Some(fault) = mapped.map.fault() {
         // A page lost while the header was read: what was read is zeros.
-        return Err(e);
+        return Err(match fault {
+            crate::fault::Fault::Shrunk => AttachError::Shrunk,
+            crate::fault::Fault::NoSpace => AttachError::NoSpace,
+        });
     }
     Ok(Opened {
         storage: Storage::Mapped(mapped),

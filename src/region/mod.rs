@@ -11,7 +11,7 @@ mod error;
 mod header;
 mod map;
 
-pub use error::{AttachError, CreateError};
+pub use error::{AttachError, CreateError, SweepError};
 pub(crate) use header::{Header, mark_mixed_pid_namespaces, mixed_pid_namespaces, new_header};
 pub(crate) use map::{Access, FileOwner, Opened, Storage, create_in_memory, open_copy};
 #[cfg(not(edgemark_loom))]

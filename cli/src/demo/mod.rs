@@ -64,7 +64,7 @@ pub(crate) struct DemoResult {
     /// The region file, if kept.
     pub(crate) region: Option<PathBuf>,
     pub(crate) elapsed: Duration,
-    pub(crate) counters: edgemark::Counters,
+    pub(crate) counters: edgemark::report::Counters,
 }
 
 /// Where stage `stage` receives its chunks.

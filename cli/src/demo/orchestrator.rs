@@ -59,11 +59,11 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
     }
     // The region has a slot per request open at once (a power of two, at
     // least 64); say its bound in the option's terms.
-    if opts.concurrency > edgemark::MAX_SLOTS {
+    if opts.concurrency > edgemark::limits::MAX_SLOTS {
         bail!(
             "--concurrency {} is more than the demo can keep open at once (at most {})",
             opts.concurrency,
-            edgemark::MAX_SLOTS
+            edgemark::limits::MAX_SLOTS
         );
     }
     let started = Instant::now();

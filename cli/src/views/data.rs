@@ -4,10 +4,10 @@
 //! `metrics["stream_edge_metrics"]` form).
 
 use anyhow::{Context, Result, anyhow, bail};
-use edgemark::{
-    BUCKETS_MS, DomainId, Edge, EdgeHistogram, EventId, HOST_MONOTONIC, Histogram, Observed,
-    Snapshot,
-};
+use edgemark::report::{BUCKETS_MS, EdgeHistogram, Histogram};
+use edgemark::schema::{DomainId, EventId, HOST_MONOTONIC};
+use edgemark::snapshot::Observed;
+use edgemark::{Edge, Snapshot};
 use serde_json::Value;
 
 /// Short labels of the default schema's four events, in schema order.

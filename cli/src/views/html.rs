@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use edgemark::{DomainId, Snapshot};
+use edgemark::Snapshot;
+use edgemark::schema::DomainId;
 
 use super::data::{Collected, RequestRow, SegmentRow, percentile, short_event};
 

@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
-use edgemark::{
-    AttachOptions, Counters, DomainId, EdgeHistogram, EventId, Histogram, Outcome, Recorder,
-    RegionInfo, Token,
-};
+use edgemark::report::{Counters, EdgeHistogram, Histogram, RegionInfo};
+use edgemark::schema::{DomainId, EventId};
+use edgemark::{AttachOptions, Outcome, Token, Viewer};
 use ratatui::DefaultTerminal;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -33,7 +32,7 @@ use super::data::{quantile, short_event, short_metric, since};
 
 /// Runs `edgemark top` on the region at `path` (already attached as `rec`)
 /// until `q`, Esc or Ctrl-C, refreshing every `interval` seconds.
-pub(crate) fn run(rec: Recorder, path: &Path, interval: f64) -> Result<()> {
+pub(crate) fn run(rec: Viewer, path: &Path, interval: f64) -> Result<()> {
     if !(interval.is_finite() && (0.05..=3600.0).contains(&interval)) {
         bail!("--interval must be a number of seconds from 0.05 to 3600");
     }
@@ -93,7 +92,7 @@ struct Rates {
 
 #[derive(Debug)]
 struct Top {
-    rec: Recorder,
+    rec: Viewer,
     path: PathBuf,
     info: RegionInfo,
     events: Vec<String>,
@@ -115,7 +114,7 @@ struct Top {
 }
 
 impl Top {
-    fn new(rec: Recorder, path: &Path, interval: Duration) -> Result<Top> {
+    fn new(rec: Viewer, path: &Path, interval: Duration) -> Result<Top> {
         let info = rec
             .info()
             .ok_or_else(|| anyhow!("the recorder is disabled"))?;
@@ -149,7 +148,7 @@ impl Top {
     }
 
     /// The region's histograms, or why they cannot be read.
-    fn read_histograms(&self) -> Result<Vec<edgemark::EdgeHistogram>> {
+    fn read_histograms(&self) -> Result<Vec<edgemark::report::EdgeHistogram>> {
         self.rec.histograms().map_err(|e| {
             anyhow!(
                 "{}: the region changed under this process: {e}",
@@ -180,8 +179,7 @@ impl Top {
         let again = AttachOptions::new()
             .allow_foreign_clock(true)
             .allow_foreign_owner(true)
-            .read_only(true)
-            .attach(&self.path)
+            .view(&self.path)
             .map_err(|e| anyhow!("{p}: the region is no longer valid: {e}"))?;
         if again.info().map(|i| i.region_id) != Some(self.info.region_id) {
             bail!("{p}: another region replaced the one shown");
@@ -436,7 +434,7 @@ impl Top {
     fn draw_latency(&self, f: &mut Frame<'_>, area: Rect) {
         let ms = |v: Option<f64>| match v {
             None => "-".to_owned(),
-            Some(x) if x.is_infinite() => format!(">{}", edgemark::BUCKETS_MS[14]),
+            Some(x) if x.is_infinite() => format!(">{}", edgemark::report::BUCKETS_MS[14]),
             Some(x) => format!("{x:.2}"),
         };
         // Every column as wide as its widest entry, so that no label is cut
@@ -450,7 +448,7 @@ impl Top {
             &mut self.latency.iter().map(|(_, m, _)| m.chars().count()),
             "boundary / delta",
         );
-        let bars_w = (edgemark::BUCKETS_MS.len() + 1).max("per bucket".len()) as u16;
+        let bars_w = (edgemark::report::BUCKETS_MS.len() + 1).max("per bucket".len()) as u16;
         let fixed = 2 + edge_w + 1 + metric_w + 1 + 7 + 3 * (1 + 9);
         let bars = area.width >= fixed + 1 + bars_w;
         let rows = self.latency.iter().map(|(edge, metric, h)| {

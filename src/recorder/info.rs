@@ -1,0 +1,96 @@
+//! What a region declares and counts: its schema, edges, clock, identity,
+//! counters, domains, and a request's owner.
+
+use std::path::Path;
+
+use super::Viewer;
+use crate::clock::Clock;
+use crate::mark::Edge;
+use crate::process;
+use crate::report::{self, Counters, Owner, RegionInfo};
+use crate::schema::{EventId, Schema};
+use crate::token::Token;
+
+impl Viewer {
+    /// Every clock domain of the region, declared and registered, in id
+    /// order; empty when disabled.
+    pub fn domains(&self) -> Vec<String> {
+        self.live()
+            .map_or_else(Vec::new, |live| live.inner.names.all(live.proto.words))
+    }
+
+    /// The owner identity of the process that began the request in
+    /// `token`'s slot.
+    pub fn owner(&self, token: Token) -> Option<Owner> {
+        let (live, req) = self.live_for(token)?;
+        Some(live.proto.owner(req.slot))
+    }
+
+    /// The region's schema; `None` when disabled.
+    pub fn schema(&self) -> Option<&Schema> {
+        self.live().map(|live| &*live.inner.header.schema)
+    }
+
+    /// The declared edges, in order; empty when disabled.
+    pub fn edges(&self) -> &[Edge] {
+        self.live().map_or(&[], |live| &live.inner.header.edges)
+    }
+
+    /// The id of the event called `name` in the region's schema.
+    pub fn event(&self, name: &str) -> Option<EventId> {
+        self.schema()?.event(name)
+    }
+
+    /// The region file's path, for a file-backed region.
+    pub fn path(&self) -> Option<&Path> {
+        self.live()?.inner.path.as_deref()
+    }
+
+    /// The kind of the region's shared clock; `None` when disabled.
+    pub fn clock(&self) -> Option<Clock> {
+        Some(self.live()?.inner.header.clock_kind)
+    }
+
+    /// The region's geometry and identity; `None` when disabled.
+    pub fn info(&self) -> Option<RegionInfo> {
+        let i = self.live()?.inner;
+        let h = &i.header;
+        Some(RegionInfo {
+            region_id: h.region_id,
+            slots: h.layout.slots,
+            segments: h.layout.segments,
+            slot_stride: h.layout.slot_stride_bytes(),
+            slots_offset: h.layout.slots_offset_bytes(),
+            ring_entries: h.layout.ring_entries,
+            ring_stride: h.layout.ring_stride_bytes(),
+            bytes: h.layout.bytes(),
+            clock: h.clock,
+            shares_clock: i.clock.reads_clock(),
+            clock_kind: h.clock_kind,
+            created_unix_ns: h.created_unix_ns,
+            creator_pid: h.creator_pid,
+            group_access: h.group_access,
+            mixed_pid_namespaces: i.mixed_pid_namespaces(),
+            pids_unjudged: i.pids_unjudged(),
+        })
+    }
+
+    /// Whether the process that created the region still runs: `None` when
+    /// this process cannot tell (it does not judge pids here, see
+    /// [`RegionInfo::pids_unjudged`], or the recorder is disabled or in
+    /// memory). A pid that was reused by another process counts as alive.
+    pub fn creator_alive(&self) -> Option<bool> {
+        let i = self.live()?.inner;
+        if i.path.is_none() || !i.trusts_pids() {
+            return None;
+        }
+        let pid = u32::try_from(i.header.creator_pid).ok()?;
+        Some(process::pid_alive(pid))
+    }
+
+    /// The region's counters of refused records and dropped segments.
+    pub fn counters(&self) -> Counters {
+        self.live()
+            .map_or_else(Counters::default, |live| report::counters(live.proto.words))
+    }
+}

@@ -1,0 +1,336 @@
+//! Reads of every slot: sweeps of the open requests, reclaims of dead
+//! owners, and the histograms of closed requests.
+
+use super::{Live, Recorder, Viewer, holder};
+use crate::process;
+use crate::protocol::{Found, Reclaimed};
+use crate::region::SweepError;
+use crate::report::{self, EdgeHistogram, Owner, ReclaimReport};
+use crate::snapshot::{RequestState, Snapshot};
+use crate::token::Token;
+
+impl Live<'_> {
+    /// Every open request, in slot order, for `f`; stops and fails as soon
+    /// as an access found the file shrunk (its pages then read as zeros).
+    /// Slots in a hole of the file are skipped: never written, they are
+    /// free ([`Storage::slot_runs`]).
+    fn sweep(&self, f: impl FnMut(Found)) -> Result<(), SweepError> {
+        self.sweep_runs(|from, to| self.proto.open_slots(from, to), f)
+    }
+
+    /// The one sweep loop: `each` turns a run of slots that may have been
+    /// written ([`Storage::slot_runs`]) into the items it holds, `f` takes
+    /// them in order; the mapping's faulted flag is checked before each item
+    /// is handed over and at the end, and a fault stops the sweep with its
+    /// error.
+    fn sweep_runs<I: Iterator>(
+        &self,
+        mut each: impl FnMut(u32, u32) -> I,
+        mut f: impl FnMut(I::Item),
+    ) -> Result<(), SweepError> {
+        let storage = &self.inner.storage;
+        let mut faulted = false;
+        storage.slot_runs(&self.inner.header.layout, |from, to| {
+            if faulted {
+                return;
+            }
+            for item in each(from, to) {
+                if storage.faulted() {
+                    faulted = true;
+                    return;
+                }
+                f(item);
+            }
+        });
+        if faulted || storage.faulted() {
+            return Err(storage.fault_error());
+        }
+        Ok(())
+    }
+}
+
+impl Viewer {
+    /// The protocol view for a sweep of all slots: `None` when disabled, an
+    /// error if the region's file no longer has its full length (see
+    /// [`Viewer::check`]).
+    fn live_for_sweep(&self) -> Result<Option<Live<'_>>, SweepError> {
+        match self.live() {
+            None => Ok(None),
+            Some(live) => live.inner.storage.check_len().map(|()| Some(live)),
+        }
+    }
+
+    /// Checks that the region's file still has its full length and that no
+    /// access has found it shrunk since it was attached (another process
+    /// with write access can shrink it; see `docs/design.md`, "A file shrunk
+    /// under a mapping"). Sweeps of all slots call this first and fail with
+    /// its error; single-request calls do not (it is a system call). An
+    /// in-memory region always passes.
+    pub fn check(&self) -> Result<(), SweepError> {
+        self.live()
+            .map_or(Ok(()), |live| live.inner.storage.check_len())
+    }
+
+    /// The tokens of every open request, in slot order (a sweep of all
+    /// slots). Empty when disabled.
+    ///
+    /// Errors: what [`Viewer::check`] says before the sweep, or
+    /// [`SweepError::Shrunk`] if the file was found shrunk during it.
+    pub fn open_requests(&self) -> Result<Vec<Token>, SweepError> {
+        self.check()?;
+        self.open_requests_checked()
+    }
+
+    /// [`Viewer::open_requests`] for a caller that has just run
+    /// [`Viewer::check`] and runs it again after (the exporter's scrape):
+    /// the sweep still fails on a page lost during it, without a second
+    /// `fstat`.
+    pub(crate) fn open_requests_checked(&self) -> Result<Vec<Token>, SweepError> {
+        let mut out = Vec::new();
+        if let Some(live) = self.live() {
+            live.sweep(|found| out.push(live.inner.token(found.req)))?;
+        }
+        Ok(out)
+    }
+
+    /// Snapshots of every open request: one sweep of the region, collected.
+    /// [`Viewer::for_each_open`] does the same without holding them all.
+    /// Errors as [`Viewer::for_each_open`].
+    pub fn snapshot_open(&self) -> Result<Vec<(Token, Snapshot)>, SweepError> {
+        let mut out = Vec::new();
+        self.snapshot_open_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// [`Viewer::snapshot_open`] into a buffer the caller keeps between
+    /// sweeps: `out` is replaced by the snapshots of every open request, and
+    /// its storage, and that of the snapshots already in it, is reused. A
+    /// sweep into a buffer that an earlier sweep of as many requests filled
+    /// allocates nothing, as long as no request has more than two edge
+    /// segments with events (a snapshot holds two inline).
+    ///
+    /// Errors as [`Viewer::for_each_open`]; on an error `out` holds the
+    /// snapshots swept before it.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event, Mark, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// rec.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+    /// let mut open = Vec::new();
+    /// for _ in 0..3 {
+    ///     // An exporter's loop: one buffer for every scrape.
+    ///     rec.snapshot_open_into(&mut open)?;
+    ///     assert_eq!(open.len(), 1);
+    ///     assert_eq!(open[0].0, t);
+    /// }
+    /// # Ok::<(), edgemark::SweepError>(())
+    /// ```
+    pub fn snapshot_open_into(&self, out: &mut Vec<(Token, Snapshot)>) -> Result<(), SweepError> {
+        let mut filled = 0;
+        let swept = match self.live_for_sweep() {
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+            Ok(Some(live)) => {
+                let Live { inner, proto } = live;
+                live.sweep(|found| {
+                    if filled == out.len() {
+                        out.push((inner.token(found.req), Snapshot::empty(RequestState::Open)));
+                    }
+                    // Read straight into the buffer's next snapshot; one
+                    // read that fails (the request closed meanwhile) is
+                    // overwritten by the next or truncated.
+                    let (token, snap) = &mut out[filled];
+                    let mut fill = inner.refill(snap);
+                    if proto.snapshot_found(found, &mut fill) {
+                        fill.finish(RequestState::Open, proto.words);
+                        *token = inner.token(found.req);
+                        filled += 1;
+                    }
+                })
+            }
+        };
+        out.truncate(filled);
+        swept
+    }
+
+    /// One sweep of the region: calls `f` with the token and a snapshot of
+    /// each open request, slot by slot, one snapshot at a time (a request
+    /// closed while the sweep passes is left out).
+    ///
+    /// The snapshot is lent: the sweep reads each request into one snapshot
+    /// that it refills in place, so a sweep of requests with up to two edge
+    /// segments with events allocates nothing and touches no reference
+    /// count. Clone it to keep it (or collect the sweep with
+    /// [`Viewer::snapshot_open`]).
+    ///
+    /// Errors: what [`Viewer::check`] says before the sweep (nothing is
+    /// swept), or [`SweepError::Shrunk`] if the file was found shrunk
+    /// during it (the sweep stops there; what `f` was given before is
+    /// real).
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event, Mark, Recorder, Snapshot, Token};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let idle = rec.begin().unwrap();
+    /// let busy = rec.begin().unwrap();
+    /// rec.record(busy, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+    /// let mut open = 0;
+    /// let mut kept: Vec<(Token, Snapshot)> = Vec::new();
+    /// rec.for_each_open(|token, snapshot| {
+    ///     open += 1;
+    ///     if !snapshot.is_empty() {
+    ///         // Detached: an owned copy outlives the sweep.
+    ///         kept.push((token, snapshot.clone()));
+    ///     }
+    /// })?;
+    /// assert_eq!(open, 2);
+    /// assert_eq!(kept.len(), 1);
+    /// assert_eq!(kept[0].0, busy);
+    /// assert_eq!(kept[0].1, rec.snapshot(busy));
+    /// # let _ = idle;
+    /// # Ok::<(), edgemark::SweepError>(())
+    /// ```
+    pub fn for_each_open(&self, mut f: impl FnMut(Token, &Snapshot)) -> Result<(), SweepError> {
+        let Some(live) = self.live_for_sweep()? else {
+            return Ok(());
+        };
+        let Live { inner, proto } = live;
+        // One snapshot for the whole sweep, refilled in place for each
+        // request: its segments keep their storage and catalog handles.
+        let mut snap = Snapshot::empty(RequestState::Open);
+        live.sweep(|found| {
+            // A snapshot read from a page replaced under it is zeros, which
+            // no open request holds: the read says so for it, and the
+            // sweep fails at its next slot.
+            let mut fill = inner.refill(&mut snap);
+            if proto.snapshot_found(found, &mut fill) {
+                fill.finish(RequestState::Open, proto.words);
+                f(inner.token(found.req), &snap);
+            }
+        })
+    }
+}
+
+impl Recorder {
+    /// Frees the slots of dead processes: open requests whose owner (the
+    /// process that began them, by pid and start time, so a reused pid does
+    /// not fool it) is gone, and control operations whose process died
+    /// holding the slot. Live owners' slots are left alone. The freed
+    /// requests' values are discarded.
+    ///
+    /// Assumes every process sharing the region is in this process's pid
+    /// namespace (see `docs/limitations.md`).
+    ///
+    /// Frees nothing when pids cannot be trusted: this process is in another
+    /// pid namespace than the region's creator, or some process from another
+    /// one has attached for writing (`docs/limitations.md`); the report's
+    /// [`ReclaimReport::unjudged`] then says which.
+    ///
+    /// Errors: as [`Recorder::reclaim_where`].
+    pub fn reclaim_dead_owners(&self) -> Result<ReclaimReport, SweepError> {
+        self.reclaim_dead(false)
+    }
+
+    /// [`Recorder::reclaim_dead_owners`] that judges every owner and lock
+    /// holder as a process of this process's pid namespace, even when the
+    /// region is shared across pid namespaces
+    /// ([`RegionInfo::pids_unjudged`](crate::report::RegionInfo::pids_unjudged)). Use it only when the processes of
+    /// other namespaces that attached are gone or never began a request:
+    /// a live owner there whose pid names no process here loses its
+    /// request.
+    ///
+    /// Errors: as [`Recorder::reclaim_where`].
+    pub fn reclaim_dead_owners_in_this_namespace(&self) -> Result<ReclaimReport, SweepError> {
+        self.reclaim_dead(true)
+    }
+
+    fn reclaim_dead(&self, judge_anyway: bool) -> Result<ReclaimReport, SweepError> {
+        let Some(Live { inner, .. }) = self.live() else {
+            return Ok(ReclaimReport::default());
+        };
+        if let (Some(why), false) = (inner.pids_unjudged(), judge_anyway) {
+            // Still fail as a sweep would on a damaged mapping.
+            inner.storage.check_len()?;
+            return Ok(ReclaimReport {
+                unjudged: Some(why),
+                ..ReclaimReport::default()
+            });
+        }
+        // Start times are compared only in the region's time namespace.
+        let compare_start = inner.clock.same_namespace();
+        self.reclaim_where(
+            |owner| {
+                let start = if compare_start { owner.start_ticks } else { 0 };
+                !process::owner_alive(owner.pid, start)
+            },
+            |tid| !process::pid_alive(tid),
+        )
+    }
+
+    /// [`Recorder::reclaim_dead_owners`] with the caller's own judgement of
+    /// which processes are gone: `owner_dead` for the owner of an open
+    /// request, `holder_dead` for the pid holding a slot's control lock.
+    /// A slot that changes while it is judged is left alone.
+    ///
+    /// Errors: what [`Viewer::check`] says before the sweep; [`SweepError::Shrunk`] if
+    /// the file was found shrunk during it (what was freed before stays
+    /// freed).
+    pub fn reclaim_where(
+        &self,
+        owner_dead: impl Fn(Owner) -> bool,
+        holder_dead: impl Fn(u32) -> bool,
+    ) -> Result<ReclaimReport, SweepError> {
+        let mut report = ReclaimReport::default();
+        let Some(live) = self.live_for_sweep()? else {
+            return Ok(report);
+        };
+        let proto = live.proto;
+        let me = holder();
+        let owner_alive = |owner| !owner_dead(owner);
+        let holder_alive = |pid| !holder_dead(pid);
+        live.sweep_runs(
+            |from, to| from..to,
+            |slot| match proto.reclaim(slot, me, owner_alive, holder_alive) {
+                Some(Reclaimed::DeadOwner) => report.dead_owners += 1,
+                Some(Reclaimed::DeadHolder { live_owner }) => {
+                    report.dead_holders += 1;
+                    report.live_owners_locked += u32::from(live_owner);
+                }
+                None => {}
+            },
+        )?;
+        Ok(report)
+    }
+}
+
+impl Viewer {
+    /// The histograms of every closed request's values and deltas, per edge:
+    /// for each edge, one per schema event, then one per delta between
+    /// consecutive events (recorded in one clock domain, in order).
+    ///
+    /// Empty when disabled. Errors as [`Viewer::check`], before or after
+    /// the histograms are read.
+    pub fn histograms(&self) -> Result<Vec<EdgeHistogram>, SweepError> {
+        self.check()?;
+        self.histograms_checked()
+    }
+
+    /// [`Viewer::histograms`] for a caller that runs [`Viewer::check`]
+    /// before and after ([`Viewer::open_requests_checked`]).
+    pub(crate) fn histograms_checked(&self) -> Result<Vec<EdgeHistogram>, SweepError> {
+        let Some(Live { inner, proto }) = self.live() else {
+            return Ok(Vec::new());
+        };
+        let h = report::histograms(
+            proto.words,
+            proto.layout,
+            &inner.header.schema,
+            &inner.header.edges,
+        );
+        if inner.storage.faulted() {
+            return Err(inner.storage.fault_error());
+        }
+        Ok(h)
+    }
+}
