@@ -1078,12 +1078,19 @@ fn m10a_two_closers_and_a_reader() {
 /// Two closers close one request each into a ring of ONE entry, so the
 /// later claim takes the entry over (or, lapped, writes nothing); a reader
 /// drains after both. It takes at most one request, whole (its own value,
-/// never a mixture of the two closes), and the other is counted lost:
-/// taken + lost = 2.
+/// never a mixture of the two closes), and what it does not take is
+/// counted lost: taken + lost = 2. When the earlier closer was taken over
+/// mid-write, its late stores tear the later one's entry: the checksum
+/// catches it and both are lost, counted.
+///
+/// Capped at one preemption: two closers writing the same entry's words
+/// make loom's exploration grow past an hour at two; one preemption is
+/// enough for the takeover (the earlier closer stopped anywhere in its
+/// writing while the later one runs) and for the torn entry.
 #[test]
 fn m10c_two_closers_share_one_ring_entry() {
     const NAME: &str = "m10c_two_closers_share_one_ring_entry";
-    let seen = explore(NAME, || {
+    let seen = explore_capped(NAME, 1, || {
         let rec = ring_region(2, 1);
         let (t0, t1) = (rec.begin().unwrap(), rec.begin().unwrap());
         emit(&rec, t0, 0, 1.0, 0);
@@ -1097,13 +1104,20 @@ fn m10c_two_closers_share_one_ring_entry() {
     });
     assert_only(NAME, &seen, |(took, lost)| {
         took.len() as u64 + lost == 2
-            && took.len() == 1
+            && took.len() <= 1
             && took
                 .iter()
                 .all(|&(slot, v)| v == Some(if slot == 0 { 1000 } else { 2000 }))
     });
-    assert_seen(NAME, &seen, "slot 0's close kept", |o| o.0[0].0 == 0);
-    assert_seen(NAME, &seen, "slot 1's close kept", |o| o.0[0].0 == 1);
+    assert_seen(NAME, &seen, "slot 0's close kept", |o| {
+        o.0.first().is_some_and(|t| t.0 == 0)
+    });
+    assert_seen(NAME, &seen, "slot 1's close kept", |o| {
+        o.0.first().is_some_and(|t| t.0 == 1)
+    });
+    assert_seen(NAME, &seen, "a torn entry lost with the other", |o| {
+        o.0.is_empty()
+    });
 }
 
 /// One closed request waits in the ring; two readers drain at once. Exactly

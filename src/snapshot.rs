@@ -58,7 +58,8 @@ impl Observed {
     /// snapshot's JSON form, say).
     ///
     /// ```
-    /// use edgemark::{DomainId, Observed};
+    /// use edgemark::schema::DomainId;
+    /// use edgemark::snapshot::Observed;
     /// let at = |us, d| Observed { elapsed_us: us, domain: DomainId(d) };
     /// assert_eq!(at(1_500, 0).until(at(4_000, 0)), Some(2.5));
     /// assert_eq!(at(4_000, 0).until(at(1_500, 0)), None);
