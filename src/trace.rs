@@ -329,7 +329,7 @@ impl ClosedRequest {
 
     /// The request's own span id, made at begin: the parent of a stage's
     /// request on another host
-    /// ([`Recorder::trace_context`](crate::Recorder::trace_context)).
+    /// ([`Viewer::trace_context`](crate::Viewer::trace_context)).
     pub fn span_id(&self) -> [u8; 8] {
         self.trace.span.to_be_bytes()
     }
@@ -385,7 +385,7 @@ pub struct Drained {
     pub taken: usize,
     /// Closed requests this call found lost: overwritten before any reader
     /// took them (the readers fell a ring behind) or torn. Also added to
-    /// [`Counters::closed_lost`](crate::Counters::closed_lost).
+    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost).
     pub lost: u64,
     /// The claim number of a closed request whose close has not finished
     /// writing it, where this call stopped: the next call reads on from

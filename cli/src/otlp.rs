@@ -10,7 +10,7 @@
 //! `host_monotonic`) has no place on this host's time line: its event is
 //! placed at the origin, and its relative time is kept in attributes.
 //! Deltas are given only between two values of one domain, as
-//! [`edgemark::EdgeSegment::elapsed_between`] gives them; values of two
+//! [`edgemark::snapshot::EdgeSegment::elapsed_between`] gives them; values of two
 //! domains (and so of two hosts) are never subtracted.
 //!
 //! Two tasks share one thread and its single-threaded runtime, apart from

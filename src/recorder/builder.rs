@@ -148,7 +148,7 @@ impl RegionBuilder {
     /// keeps none. Default: the slot count, at most 4096.
     ///
     /// Each entry takes about as many bytes as a slot
-    /// ([`RegionInfo::ring_stride`](crate::RegionInfo::ring_stride)).
+    /// ([`RegionInfo::ring_stride`](crate::report::RegionInfo::ring_stride)).
     ///
     /// [`Recorder::drain_closed`]: crate::Recorder::drain_closed
     pub fn closed_entries(mut self, entries: u32) -> RegionBuilder {

@@ -28,7 +28,7 @@ impl Recorder {
     /// as the record path gets it (from a caller's headers): a malformed
     /// value never fails the request. It is ignored, the request begins in
     /// a new trace, and it is counted
-    /// ([`Counters::bad_trace_contexts`](crate::Counters::bad_trace_contexts)).
+    /// ([`Counters::bad_trace_contexts`](crate::report::Counters::bad_trace_contexts)).
     /// At a boundary that can refuse (a command line, an API argument),
     /// parse it as a [`TraceContext`] instead and report the error.
     ///
@@ -61,7 +61,7 @@ impl Recorder {
     /// Closes never wait for a reader: a reader more than a ring behind
     /// loses the oldest entries, as does one that finds an entry torn; both
     /// are counted ([`Drained::lost`],
-    /// [`Counters::closed_lost`](crate::Counters::closed_lost)). A close
+    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost)). A close
     /// still being written holds the drain there until the next call
     /// ([`Drained::pending`]; see [`Recorder::skip_closed`]).
     ///
