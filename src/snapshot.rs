@@ -67,10 +67,11 @@ impl Observed {
     /// ```
     #[inline]
     pub fn until(&self, end: Observed) -> Option<f64> {
-        if self.domain != end.domain || end.elapsed_us < self.elapsed_us {
-            return None;
-        }
-        Some((end.elapsed_us - self.elapsed_us) as f64 / 1000.0)
+        crate::word::delta_us(
+            (self.elapsed_us, self.domain.0),
+            (end.elapsed_us, end.domain.0),
+        )
+        .map(|us| us as f64 / 1000.0)
     }
 }
 

@@ -123,6 +123,20 @@ pub(crate) enum Cell {
     Corrupt,
 }
 
+/// The delta between two values, in microseconds: defined only when both
+/// are in one clock domain (hence from one origin) and `to` is not before
+/// `from`. The one statement of the rule that snapshots
+/// (`Observed::until`) and the histograms of closed requests share: values
+/// of two domains (or two hosts) are never subtracted.
+#[inline]
+pub(crate) const fn delta_us(from: (u64, u8), to: (u64, u8)) -> Option<u64> {
+    if from.1 != to.1 || to.0 < from.0 {
+        None
+    } else {
+        Some(to.0 - from.0)
+    }
+}
+
 /// The fields of a value word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Recorded {

@@ -494,10 +494,10 @@ impl Proto<'_> {
             }
             for ev in 0..events.saturating_sub(1) {
                 if let (Some(a), Some(b)) = (values.get(ev), values.get(ev + 1))
-                    && a.domain == b.domain
-                    && b.elapsed_us >= a.elapsed_us
+                    && let Some(d) =
+                        word::delta_us((a.elapsed_us, a.domain), (b.elapsed_us, b.domain))
                 {
-                    self.observe(edge, events + ev, b.elapsed_us - a.elapsed_us);
+                    self.observe(edge, events + ev, d);
                 }
             }
         }
