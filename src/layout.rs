@@ -36,7 +36,7 @@ pub(crate) const H_CREATOR_PID: usize = 16;
 pub(crate) const H_FLAGS: usize = 17;
 /// The creator's pid namespace (inode of `/proc/self/ns/pid`, 0 if none).
 pub(crate) const H_PID_NS: usize = 18;
-/// The kind of the region's shared clock ([`crate::Clock::word`]).
+/// The kind of the region's shared clock ([`crate::word::Clock::word`]).
 pub(crate) const H_CLOCK_KIND: usize = 19;
 /// A counter region's calibrated rate: counter ticks per 2^32 ns
 /// ([`crate::clock::RATE_BITS`]); 0 in a monotonic region.
@@ -261,8 +261,10 @@ pub enum GeometryError {
     Edge {
         /// The entry's index.
         index: usize,
-        /// The edge it holds.
-        edge: crate::Edge,
+        /// The stage the edge leaves.
+        from: u32,
+        /// The stage it enters.
+        to: u32,
     },
     /// Header flags edgemark never writes.
     Flags(u64),
@@ -271,7 +273,7 @@ pub enum GeometryError {
     /// A counter rate that the region's clock kind cannot have.
     CounterRate {
         /// The region's clock kind.
-        clock: crate::Clock,
+        clock: crate::word::Clock,
         /// The rate word.
         rate: u64,
     },
@@ -301,8 +303,11 @@ impl std::fmt::Display for GeometryError {
             GeometryError::EventFlags { event, flags } => {
                 write!(f, "event #{event} has unknown flags {flags:#x}")
             }
-            GeometryError::Edge { index, edge } => {
-                write!(f, "edge #{index} ({edge}) is a self-loop or a duplicate")
+            GeometryError::Edge { index, from, to } => {
+                write!(
+                    f,
+                    "edge #{index} ({from}->{to}) is a self-loop or a duplicate"
+                )
             }
             GeometryError::Flags(flags) => write!(f, "unknown flags {flags:#x}"),
             GeometryError::ClockKind(k) => write!(f, "unknown clock kind {k}"),

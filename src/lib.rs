@@ -127,12 +127,6 @@ mod word;
 #[doc(hidden)]
 pub use domains::LoomTable;
 
-// Not public: `layout` names the clock kind as `crate::Clock` (in
-// `GeometryError::CounterRate`), an upward reference past the layer table
-// (`tests/layers.rs` reads `crate::<module>` paths only) that predates
-// this path; moving the clock kind below `layout` would settle it.
-use clock::Clock;
-
 pub use layout::GeometryError;
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;

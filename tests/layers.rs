@@ -47,7 +47,43 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The modules a source file names as `crate::<module>`, outside comments
 /// and its test module.
-fn named_modules(source: &str, known: &BTreeMap<String, usize>) -> BTreeSet<String> {
+/// Where each item re-exported at the crate root is defined: `pub use
+/// module::{A, B}` and `pub use module::A` lines of `src/lib.rs`, so that a
+/// path through the root (`crate::Edge`) counts as naming its module.
+fn root_items(lib: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut text = String::new();
+    let mut open = false;
+    for line in lib.lines() {
+        let l = line.trim();
+        if l.starts_with("pub use ") || open {
+            text.push_str(l);
+            text.push(' ');
+            open = !l.ends_with(';');
+            if !open {
+                let body = text.trim_start_matches("pub use ").trim_end_matches("; ");
+                let body = body.trim_end_matches(';').trim();
+                if let Some((module, items)) = body.split_once("::") {
+                    let items = items.trim_matches(|c| c == '{' || c == '}' || c == ' ');
+                    for item in items.split(',') {
+                        let item = item.trim();
+                        if !item.is_empty() {
+                            out.insert(item.to_owned(), module.to_owned());
+                        }
+                    }
+                }
+                text.clear();
+            }
+        }
+    }
+    out
+}
+
+fn named_modules(
+    source: &str,
+    known: &BTreeMap<String, usize>,
+    root: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for line in source.lines() {
         let code = line.trim_start();
@@ -62,15 +98,22 @@ fn named_modules(source: &str, known: &BTreeMap<String, usize>) -> BTreeSet<Stri
             let rest = &code[i + "crate::".len()..];
             let name: String = rest
                 .chars()
-                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
             if known.contains_key(&name) {
                 out.insert(name);
+            } else if let Some(module) = root.get(&name) {
+                out.insert(module.clone());
             }
         }
     }
     out
 }
+
+/// Upward references left in place, each with its reason (none today:
+/// `GeometryError::Edge` held a `mark::Edge` and the clock kind lived
+/// above `layout`; both moved down).
+const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 #[test]
 fn no_module_imports_a_lower_layer_and_no_two_import_each_other() {
@@ -82,6 +125,11 @@ fn no_module_imports_a_lower_layer_and_no_two_import_each_other() {
             .iter()
             .all(|m| layers.contains_key(*m)),
         "the layer table was not found in docs/design.md: {layers:?}"
+    );
+    let root_items = root_items(&fs::read_to_string(root.join("src/lib.rs")).unwrap());
+    assert!(
+        root_items.get("Edge").map(String::as_str) == Some("mark"),
+        "the root re-exports were not read from src/lib.rs: {root_items:?}"
     );
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
@@ -108,12 +156,12 @@ fn no_module_imports_a_lower_layer_and_no_two_import_each_other() {
             continue;
         };
         let source = fs::read_to_string(&file).unwrap();
-        for named in named_modules(&source, &layers) {
+        for named in named_modules(&source, &layers, &root_items) {
             if named == module {
                 continue;
             }
             edges.insert((module.clone(), named.clone()));
-            if layers[&named] > own {
+            if layers[&named] > own && !KNOWN_UPWARD.contains(&(module.as_str(), named.as_str())) {
                 wrong.push(format!(
                     "{}: {module} (layer {own}) names {named} (layer {}), a lower layer",
                     rel.display(),

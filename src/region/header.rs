@@ -214,7 +214,8 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         if e.from == e.to || edges.contains(&e) {
             return Err(AttachError::Geometry(GeometryError::Edge {
                 index: i,
-                edge: e,
+                from: e.from,
+                to: e.to,
             }));
         }
         edges.push(e);
