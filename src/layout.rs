@@ -98,15 +98,19 @@ const S_HEAD: usize = 0;
 const S_ORIGIN: usize = 1;
 const S_OWNER_PID: usize = 2;
 const S_OWNER_START: usize = 3;
-/// The request's trace context and wall-clock origin ([`TRACE_WORDS`]
-/// words, [`TraceWords`]).
-const S_TRACE: usize = 4;
-const S_SEG: usize = S_TRACE + TRACE_WORDS;
+const S_SEG: usize = 4;
 /// Slots are padded to this many words (128 bytes: two cache lines, so that
 /// the adjacent-line prefetcher never couples two requests either).
 const SLOT_ALIGN_WORDS: usize = 16;
 
-/// Words of a request's trace context as a slot and a ring entry keep it:
+/// Words per slot of the trace table, which follows the slots: one cache
+/// line per slot, apart from the slot so that a sweep (which reads slots,
+/// never trace words) touches no more lines than without it.
+const TRACE_STRIDE_WORDS: usize = 8;
+const _: () = assert!(TRACE_WORDS <= TRACE_STRIDE_WORDS);
+
+/// Words of a request's trace context as the trace table and a ring entry
+/// keep it:
 /// the trace id (high, low), the parent span id (0: none), the request's
 /// own span id, the trace flags, and the origin's `CLOCK_REALTIME` in
 /// nanoseconds since the Unix epoch. Written by `begin` with the origin,
@@ -364,7 +368,7 @@ impl Layout {
         let ring_words =
             (R_EDGES + e * (1 + k * (1 + n))).div_ceil(RING_ALIGN_WORDS) * RING_ALIGN_WORDS;
         let bytes = (HEADER_WORDS + stats_words) as u64 * 8
-            + slots as u64 * slot_words as u64 * 8
+            + slots as u64 * (slot_words + TRACE_STRIDE_WORDS) as u64 * 8
             + u64::from(ring_entries) * ring_words as u64 * 8;
         if bytes > MAX_REGION_BYTES {
             return Err(GeometryError::TooLarge {
@@ -384,7 +388,7 @@ impl Layout {
             stats_words,
             total_words: HEADER_WORDS
                 + stats_words
-                + slots as usize * slot_words
+                + slots as usize * (slot_words + TRACE_STRIDE_WORDS)
                 + ring_entries as usize * ring_words,
         })
     }
@@ -410,6 +414,11 @@ impl Layout {
 
     /// Where the ring of closed requests begins, in words.
     fn ring_start(&self) -> usize {
+        self.trace_start() + self.slots as usize * TRACE_STRIDE_WORDS
+    }
+
+    /// Where the trace table begins, in words: right after the slots.
+    fn trace_start(&self) -> usize {
         HEADER_WORDS + self.stats_words + self.slots as usize * self.slot_words
     }
 
@@ -472,10 +481,11 @@ impl Layout {
     pub(crate) fn owner_start(&self, slot: u32) -> usize {
         self.slot(slot) + S_OWNER_START
     }
-    /// The first of the slot's [`TRACE_WORDS`] trace words.
+    /// The first of the slot's [`TRACE_WORDS`] trace words, in the trace
+    /// table.
     #[inline]
     pub(crate) fn trace(&self, slot: u32) -> usize {
-        self.slot(slot) + S_TRACE
+        self.trace_start() + slot as usize * TRACE_STRIDE_WORDS
     }
     /// The segment word of `edge`: the current segment's count and index.
     #[inline]
@@ -535,16 +545,19 @@ mod tests {
     #[test]
     fn default_geometry_is_a_few_mebibytes_and_slots_are_line_aligned() {
         let l = Layout::new(4096, 4, 2, 4, 1024).unwrap();
-        // 4 control words + 6 trace words + 2 segment words + 2 edges * 4
-        // entries * 5 words = 52, padded to 64 words = 512 bytes.
-        assert_eq!(l.slot_stride_bytes(), 512);
+        // 4 control words + 2 segment words + 2 edges * 4 entries * 5 words
+        // = 46, padded to 48 words = 384 bytes.
+        assert_eq!(l.slot_stride_bytes(), 384);
         // 11 fixed words + 2 edges * (1 + 4 places * 5 words) = 53, padded
         // to 56 words = 448 bytes.
         assert_eq!(l.ring_stride_bytes(), 448);
         // 2 edges * 7 histograms * 18 words = 252, padded to 256 words.
         assert_eq!(l.slots_offset_bytes(), 4096 + 2048);
-        assert_eq!(l.ring_offset_bytes(), 4096 + 2048 + 4096 * 512);
-        assert_eq!(l.bytes(), 4096 + 2048 + 4096 * 512 + 1024 * 448);
+        // Then a 64-byte line of trace words per slot.
+        assert_eq!(l.trace(0) * 8, 4096 + 2048 + 4096 * 384);
+        assert_eq!(l.trace(4095) + 8, l.ring_entry(0));
+        assert_eq!(l.ring_offset_bytes(), 4096 + 2048 + 4096 * (384 + 64));
+        assert_eq!(l.bytes(), 4096 + 2048 + 4096 * (384 + 64) + 1024 * 448);
         assert_eq!(l.ring_entry(1023) + l.ring_words, l.total_words);
         assert!(l.ring_place(1, 3) + 1 + 4 <= l.ring_words);
         assert!(l.hist(1, 6).count() < HEADER_WORDS + l.stats_words);

@@ -298,9 +298,7 @@ fn garbage_slot_words_are_reported_corrupt_and_never_trusted() {
             h & 0xff == 2
         })
         .unwrap();
-    // 4 control words, 6 trace words, 2 segment words, then edge 0, entry 0:
-    // its entry word and event 0.
-    let cell = slot_base + slot as usize * stride + (4 + 6 + 2 + 1) * 8;
+    let cell = slot_base + slot as usize * stride + (4 + 2 + 1) * 8; // edge 0, entry 0, event 0
     b[cell..cell + 8].copy_from_slice(&u64::MAX.to_le_bytes());
     let rec = attach_bytes(&b).unwrap();
     let (t, s) = rec
