@@ -52,6 +52,7 @@ impl<'a> Timed<'a> {
         }
     }
 
+    /// Ends criterion's group.
     pub(crate) fn finish(self) {
         self.group.finish();
     }
@@ -74,10 +75,7 @@ fn timed<O: Operation>(op: &mut O, iters: u64, chunk: usize) -> Duration {
         let n = left.min(chunk as u64) as usize;
         let laid = op.lay(n);
         let start = Instant::now();
-        let mut ok = 0u64;
-        for i in 0..n {
-            ok += u64::from(op.call(&laid, i));
-        }
+        let ok: u64 = (0..n).map(|i| u64::from(op.call(&laid, i))).sum();
         total += start.elapsed();
         assert_eq!(ok, n as u64, "every timed call must succeed");
         op.clear(laid);

@@ -206,36 +206,41 @@ impl Operation for FirstWrites<'_> {
     }
 }
 
-/// [`Recorder::record`] that loses to an earlier write: a chunk begins one
-/// request and records every mark of it first.
-struct Duplicates<'a>(FirstWrites<'a>);
+/// [`Recorder::record`] that loses to an earlier write: one request, begun
+/// with every mark recorded, for as long as the operation lives.
+struct Duplicates<'a> {
+    first: FirstWrites<'a>,
+    token: Token,
+}
 
 impl<'a> Duplicates<'a> {
     fn new(rec: &'a Recorder) -> Self {
-        Duplicates(FirstWrites::new(rec))
+        let first = FirstWrites::new(rec);
+        let token = rec.begin().expect("a free slot");
+        for m in first.marks {
+            assert_eq!(rec.record(token, m), Outcome::Recorded);
+        }
+        Duplicates { first, token }
     }
 }
 
 impl Operation for Duplicates<'_> {
-    type Chunk = Token;
+    type Chunk = ();
 
-    fn lay(&mut self, _: usize) -> Token {
-        let FirstWrites { rec, marks } = &self.0;
-        let token = rec.begin().expect("a free slot");
-        for m in marks {
-            assert_eq!(rec.record(token, *m), Outcome::Recorded);
-        }
-        token
-    }
+    fn lay(&mut self, _: usize) {}
 
     #[inline(always)]
-    fn call(&self, token: &Token, i: usize) -> bool {
-        let FirstWrites { rec, marks } = &self.0;
-        rec.record(*token, marks[i % MARKS_PER_REQUEST]) == Outcome::Duplicate
+    fn call(&self, _: &(), i: usize) -> bool {
+        let FirstWrites { rec, marks } = &self.first;
+        rec.record(self.token, marks[i % MARKS_PER_REQUEST]) == Outcome::Duplicate
     }
 
-    fn clear(&mut self, token: Token) {
-        self.0.rec.close(token);
+    fn clear(&mut self, _: ()) {}
+}
+
+impl Drop for Duplicates<'_> {
+    fn drop(&mut self) {
+        self.first.rec.close(self.token);
     }
 }
 
