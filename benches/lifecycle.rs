@@ -21,8 +21,11 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::{EDGES, region_dir};
 use criterion::{Criterion, criterion_group, criterion_main};
-use edgemark::{Edge, Event, Mark, Outcome, Recorder, TraceContext};
+use edgemark::{Event, Mark, Outcome, Recorder, TraceContext};
 
 fn region(dir: &std::path::Path, name: &str, closed: Option<u32>) -> Recorder {
     let mut b = Recorder::builder().edge(0, 1).edge(1, 2).slots(4096);
@@ -34,7 +37,7 @@ fn region(dir: &std::path::Path, name: &str, closed: Option<u32>) -> Recorder {
 
 fn one(rec: &Recorder, parent: Option<TraceContext>) {
     let t = rec.begin_traced(parent).expect("a free slot");
-    for edge in [Edge::new(0, 1), Edge::new(1, 2)] {
+    for edge in EDGES {
         let mark = Mark::new(edge, Event::ProducerFirstNonemptyEmit).chunk_seq(1);
         assert_eq!(rec.record(t, mark), Outcome::Recorded);
     }
@@ -42,7 +45,7 @@ fn one(rec: &Recorder, parent: Option<TraceContext>) {
 }
 
 fn lifecycle(c: &mut Criterion) {
-    let dir = tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory");
+    let dir = region_dir();
     let bare = region(dir.path(), "bare.region", Some(0));
     let ringed = region(dir.path(), "ring.region", None);
     let parent: TraceContext = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{MARKS_PER_REQUEST, ROLE, marks};
+use common::{MARKS_PER_REQUEST, ROLE, marks, region_dir};
 use criterion::{Criterion, criterion_group};
 use edgemark::clock::monotonic_ns;
 use edgemark::{Outcome, Recorder, Token};
@@ -204,7 +204,7 @@ fn spin_round(n: usize, start: &dyn Fn()) -> (u64, u64) {
 }
 
 fn scale_threads(c: &mut Criterion) {
-    let dir = tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory");
+    let dir = region_dir();
     let rec = create_region(&dir.path().join("scale.region"));
     let mut g = c.benchmark_group("scale");
     for writers in [1, 2] {
@@ -341,7 +341,7 @@ fn processes(writers: &mut [Writer], iters: u64) -> Duration {
 }
 
 fn scale_processes(c: &mut Criterion) {
-    let dir = tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory");
+    let dir = region_dir();
     let path = dir.path().join("scale-processes.region");
     let _owner = create_region(&path);
     let mut g = c.benchmark_group("scale");

@@ -17,11 +17,13 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::{EDGES, region_dir};
 use criterion::{Criterion, criterion_group, criterion_main};
-use edgemark::{Edge, Event, Mark, Outcome, Recorder, RequestState, Token};
+use edgemark::{Event, Mark, Outcome, Recorder, RequestState, Token};
 
 const SLOTS: u32 = 4096;
-const EDGES: [Edge; 2] = [Edge::new(0, 1), Edge::new(1, 2)];
 
 /// Records every event of both edges of `token`.
 fn record_all(rec: &Recorder, token: Token) {
@@ -34,7 +36,7 @@ fn record_all(rec: &Recorder, token: Token) {
 }
 
 fn snapshots(c: &mut Criterion) {
-    let dir = tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory");
+    let dir = region_dir();
     let rec = Recorder::builder()
         .edge(0, 1)
         .edge(1, 2)

@@ -1,8 +1,11 @@
 //! What the benches share: the environment variable that selects a child
-//! role when a bench binary re-executes itself, and the eight first writes
-//! of one request.
+//! role when a bench binary re-executes itself, the eight first writes of
+//! one request, the directory regions are made in, and the time-stamp
+//! counter ([`tsc`]).
 
 #![allow(dead_code, unreachable_pub)]
+
+pub mod tsc;
 
 use edgemark::{Edge, Event, Mark};
 
@@ -22,4 +25,10 @@ pub fn marks() -> [Mark; MARKS_PER_REQUEST] {
         let mark = Mark::new(EDGES[i / 4], Event::ALL[i % 4]);
         if i % 4 == 0 { mark.chunk_seq(3) } else { mark }
     })
+}
+
+/// A fresh directory for a bench's regions on the memory-backed filesystem
+/// (where production regions live), removed when dropped.
+pub fn region_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(edgemark::default_dir()).expect("a region directory")
 }
