@@ -22,7 +22,7 @@ pub fn read() -> u64 {
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
 pub fn read() -> u64 {
-    edgemark::monotonic_ns()
+    edgemark::clock::monotonic_ns()
 }
 
 /// A cheap, serialised time source for bracketing single calls.

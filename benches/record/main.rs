@@ -2,7 +2,7 @@
 //! would otherwise pick, all in one run so that every figure is a ratio.
 //!
 //! - `record/floor_clock_cas`: the least a record can cost, one read of the
-//!   clock edgemark uses ([`edgemark::monotonic_ns`]) plus one
+//!   clock edgemark uses ([`edgemark::clock::monotonic_ns`]) plus one
 //!   compare-and-swap on a fresh, zeroed heap cell.
 //! - `record/floor_tsc_cas`: the same with the time-stamp counter read as a
 //!   counter region reads it (`lfence; rdtsc`) instead of the clock.
@@ -10,7 +10,7 @@
 //!   (the default geometry: 4096 slots, edges 0->1 and 1->2), every
 //!   iteration a first write.
 //! - `record/edgemark_counter`: the same on a region created with
-//!   [`Clock::Counter`](edgemark::Clock::Counter) (where the kernel trusts
+//!   [`Clock::Counter`](edgemark::clock::Clock::Counter) (where the kernel trusts
 //!   the counter; elsewhere the region falls back to the monotonic clock and
 //!   the bench says so).
 //! - `record/edgemark_duplicate`: a record that loses to an earlier write.
