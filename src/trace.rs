@@ -210,11 +210,13 @@ fn unhex<const N: usize>(digits: &[u8]) -> Option<[u8; N]> {
     Some(out)
 }
 
-/// A random non-zero 64-bit id: the process's random SipHash keys (std's
-/// `RandomState`, fresh keys per process and a new key per call) over a
-/// per-process count and the time. Not cryptographic; trace and span ids
-/// need only be unlikely to repeat.
-pub(crate) fn random_id() -> u64 {
+/// Three random non-zero 64-bit ids (a trace id's two halves and a span
+/// id): the process's random SipHash keys (std's `RandomState`) over a
+/// per-process count and `now` (the wall-clock time the caller read), then
+/// the index of each id. One hasher and no clock read of its own per
+/// begin. Not cryptographic; trace and span ids need only be unlikely to
+/// repeat.
+pub(crate) fn random_ids(now: u64) -> [u64; 3] {
     use std::hash::{BuildHasher, Hasher};
     // std's atomics on purpose: a per-process sequence number that no
     // protocol reads (outside the loom facade, as the clock is).
@@ -224,8 +226,12 @@ pub(crate) fn random_id() -> u64 {
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(n);
-    h.write_u64(crate::clock::monotonic_ns());
-    h.finish().max(1)
+    h.write_u64(now);
+    [0u8, 1, 2].map(|i| {
+        let mut h = h.clone();
+        h.write_u8(i);
+        h.finish().max(1)
+    })
 }
 
 /// The trace words a request's slot keeps: its context (given, or a new
@@ -245,24 +251,22 @@ impl SlotTrace {
     /// The trace words of a request beginning now under `parent` (or in a
     /// new, sampled trace).
     pub(crate) fn begin(parent: Option<TraceContext>) -> SlotTrace {
+        let origin_unix_ns = crate::clock::unix_ns();
+        let [hi, lo, span] = random_ids(origin_unix_ns);
         let (trace_id, parent, flags) = match parent {
             Some(p) => (
                 u128::from_be_bytes(p.trace_id),
                 u64::from_be_bytes(p.span_id),
                 p.flags,
             ),
-            None => (
-                u128::from(random_id()) << 64 | u128::from(random_id()),
-                0,
-                1,
-            ),
+            None => (u128::from(hi) << 64 | u128::from(lo), 0, 1),
         };
         SlotTrace {
             trace_id,
             parent,
-            span: random_id(),
+            span,
             flags,
-            origin_unix_ns: crate::clock::unix_ns(),
+            origin_unix_ns,
         }
     }
 
@@ -324,7 +328,17 @@ impl ClosedRequest {
     /// ([`Recorder::begin_traced`](crate::Recorder::begin_traced)); `None`
     /// when its trace started here.
     pub fn parent_span_id(&self) -> Option<[u8; 8]> {
-        (self.trace.parent != 0).then(|| self.trace.parent.to_be_bytes())
+        self.parent_context().map(|p| p.span_id)
+    }
+
+    /// The context the request began under, if it was given one: its
+    /// trace, and the caller's span.
+    pub fn parent_context(&self) -> Option<TraceContext> {
+        (self.trace.parent != 0).then(|| TraceContext {
+            trace_id: self.trace.trace_id.to_be_bytes(),
+            span_id: self.trace.parent.to_be_bytes(),
+            flags: self.trace.flags,
+        })
     }
 
     /// The request's own span id, made at begin: the parent of a stage's

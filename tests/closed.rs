@@ -53,6 +53,7 @@ fn a_closed_request_reaches_a_reader_once_with_its_context_and_final_values() {
     assert_eq!(c.token(), t);
     assert_eq!(c.trace_id(), parent.trace_id());
     assert_eq!(c.parent_span_id(), Some(parent.span_id()));
+    assert_eq!(c.parent_context(), Some(parent));
     assert_eq!(c.span_id(), mine.span_id());
     assert_eq!(c.context(), mine);
     assert_eq!(c.trace_flags(), 1);

@@ -479,8 +479,7 @@ impl PyRegion {
             d.set_item("span_id", ctx.span_id_hex())?;
             d.set_item(
                 "parent_span_id",
-                c.parent_span_id()
-                    .map(|p| p.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+                c.parent_context().map(|p| p.span_id_hex()),
             )?;
             d.set_item("trace_flags", c.trace_flags())?;
             d.set_item("origin_unix_ns", c.origin_unix_ns())?;

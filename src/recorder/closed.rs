@@ -114,7 +114,7 @@ impl Recorder {
                         // The copy may be zeros from a lost page.
                         break;
                     }
-                    match self.closed_request(&buf) {
+                    match (Live { inner, proto }).closed_request(&buf) {
                         Some(c) => {
                             out.push(c);
                             drained.taken += 1;
@@ -143,11 +143,13 @@ impl Recorder {
         self.live()
             .is_some_and(|Live { proto, .. }| proto.ring_skip(claim))
     }
+}
 
+impl Live<'_> {
     /// The closed request a taken ring entry holds, read as a close reads
     /// its slot; `None` for words no close writes.
-    fn closed_request(&self, buf: &[u64]) -> Option<ClosedRequest> {
-        let Live { inner, proto } = self.live()?;
+    fn closed_request(self, buf: &[u64]) -> Option<ClosedRequest> {
+        let Live { inner, proto } = self;
         let trace = SlotTrace::from_words(protocol::trace_of(buf))?;
         let (slot, generation) = protocol::token_of(buf);
         if slot >= inner.header.layout.slots || generation == 0 {
