@@ -26,9 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Stage:
     """A stage process, driven one JSON command at a time."""
 
-    def __init__(self, stage_id: int, worker_type: str, *mode: str) -> None:
+    def __init__(self, stage_id: int, worker_type: str, *mode: str, script: str = "_vllm_omni_stage.py") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "_vllm_omni_stage.py"), str(stage_id), worker_type, *mode],
+            [sys.executable, os.path.join(HERE, script), str(stage_id), worker_type, *mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -340,6 +340,61 @@ def scenario_main() -> dict:
     finally:
         for s in stages:
             s.stop()
+    return result
+
+
+def adapter_stage(stage_id: int) -> Stage:
+    """A stage process on the adapter path (``_vllm_omni_adapter_stage.py``)."""
+    return Stage(stage_id, "ar", script="_vllm_omni_adapter_stage.py")
+
+
+def scenario_adapter() -> dict:
+    """The default transport: chunks through the scheduler's transfer adapter."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    server = Server()
+    producer, consumer = adapter_stage(0), adapter_stage(1)
+    result = {}
+    try:
+        result["stages_instrumented"] = [producer.ready()["instrumented"], consumer.ready()["instrumented"]]
+
+        # A: a step with content, its chunk through the adapter, an output;
+        # then a second chunk and output, which change nothing.
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        result["A_puts"] = producer(op="save", rid="req-A", kind="data")["puts"]
+        result["A_admitted"] = consumer(op="wait", rid="req-A")["admitted"]
+        server.route(1, "req-A", [7])
+        result["A_first"] = server.snapshot("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="save", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A")
+        server.route(1, "req-A", [8])
+        result["A"] = server.cleanup("req-A")
+
+        # E: steps with no output, then the request finishes with an empty
+        # terminal chunk (the processor built no payload): nothing recorded.
+        server.begin("req-E")
+        consumer(op="register", rid="req-E")
+        producer(op="save", rid="req-E", kind="empty")
+        result["E_puts"] = producer(op="save", rid="req-E", kind="empty", finished=True)["puts"]
+        result["E_admitted"] = consumer(op="wait", rid="req-E")["admitted"]
+        result["E"] = server.cleanup("req-E")
+
+        # A again, after both stages freed it: a new instance records its own.
+        producer(op="free", rid="req-A")
+        consumer(op="free", rid="req-A")
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="save", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A")
+        server.route(1, "req-A", [9])
+        result["A2"] = server.cleanup("req-A")
+        result["open_after"] = len(owner_of_this_process().region.open_requests())
+    finally:
+        producer.stop()
+        consumer.stop()
     return result
 
 
