@@ -398,6 +398,153 @@ def scenario_adapter() -> dict:
     return result
 
 
+def scenario_override() -> dict:
+    """A runner whose receive helper is overridden on the instance (as a
+    test double or a subclass's set-up might): the override runs as often
+    with the plugin as without, and stays in place."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from vllm_omni.worker.omni_connector_model_runner_mixin import OmniConnectorModelRunnerMixin
+
+    sys.path.insert(0, HERE)
+    from _vllm_omni_stage import payload
+
+    class Runner(OmniConnectorModelRunnerMixin):
+        pass
+
+    def runner(stage):
+        r = Runner()
+        r.init_omni_connectors(
+            model_config=SimpleNamespace(
+                stage_connector_config={"name": "SharedMemoryConnector", "extra": {}},
+                async_chunk=True,
+                worker_type="ar",
+                custom_process_next_stage_input_func=None,
+                stage_id=stage,
+            )
+        )
+        return r
+
+    producer, consumer = runner(0), runner(1)
+    producer._custom_process_func = lambda transfer_manager, pooling_output, request: payload(pooling_output)
+    producer._custom_process_payload_kwarg = "pooling_output"
+    calls = []
+    bound = consumer._recv_async_chunk_result
+
+    def override(*args, **kwargs):
+        calls.append(1)
+        return bound(*args, **kwargs)
+
+    consumer._recv_async_chunk_result = override
+    rid = f"override-{os.getpid()}"
+    consumer.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
+    producer.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output="data")
+    deadline = time.monotonic() + 30
+    got = {}
+    while time.monotonic() < deadline and rid not in got:
+        got.update(consumer.recv_chunk())
+        time.sleep(0.01)
+    producer.shutdown_omni_connectors()
+    consumer.shutdown_omni_connectors()
+    return {
+        "received": rid in got,
+        "override_ran": len(calls) > 0,
+        "override_kept": consumer.__dict__.get("_recv_async_chunk_result") is override,
+        "instance_attrs": sorted(k for k in consumer.__dict__ if "edgemark" in k),
+    }
+
+
+def scenario_traced() -> dict:
+    """The API server hands each stage's engine request the request's trace
+    context: stage 0's through the engine's request message, the later
+    stages' through build_engine_core_request_from_tokens (the function as
+    the orchestrator and the duplex orchestrator each import it)."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from vllm.sampling_params import SamplingParams
+
+    from edgemark import vllm_omni
+    from vllm_omni.engine import duplex_orchestrator, orchestrator
+    from vllm_omni.engine.async_omni_engine import AsyncOmniEngine
+
+    server = Server()
+    server.begin("req-T")
+    seen = {}
+
+    def fake_build(self, request_id, *args, **kwargs):
+        # Stand-in for the engine's processing past the wrapper: what it got.
+        seen[request_id] = kwargs.get("trace_headers")
+        raise RuntimeError("stop here")
+
+    engine = object.__new__(AsyncOmniEngine)
+    # The installed wrapper, around a stand-in of what it wraps (the real
+    # one processes a whole prompt): the same wrapper code, made the same way.
+    from edgemark.vllm_omni import orchestrator as plugin_orch
+
+    probe = plugin_orch.wrap_add_request_message(fake_build, vllm_omni.instrumentor.recording)
+    incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    mine_before = vllm_omni.traceparent_of("req-T")
+    caller_headers = {"traceparent": incoming, "tracestate": "vendor=1"}
+    try:
+        probe(engine, "req-T", prompt=None, trace_headers=caller_headers)
+    except RuntimeError:
+        pass
+    mine = vllm_omni.traceparent_of("req-T")
+    later = {}
+    for name, module in (("orchestrator", orchestrator), ("duplex", duplex_orchestrator)):
+        request = module.build_engine_core_request_from_tokens(
+            request_id="req-T", prompt={"prompt_token_ids": [1, 2]}, params=SamplingParams(max_tokens=4)
+        )
+        later[name] = request.trace_headers
+    final = server.cleanup("req-T")
+    return {
+        "wrapped": hasattr(AsyncOmniEngine._build_add_request_message, "__wrapped__"),
+        "mine_before": mine_before,
+        "mine": mine,
+        "incoming": incoming,
+        "stage0": seen.get("req-T"),
+        "caller_headers_unchanged": caller_headers == {"traceparent": incoming, "tracestate": "vendor=1"},
+        "later": later,
+        "final": final,
+    }
+
+
+def scenario_small() -> dict:
+    """The region does not fit in /dev/shm (a container's 64 MiB, 65,536
+    slots asked for): one warning, nothing left patched, the server serves."""
+    handler = Warnings()
+    logging.getLogger("edgemark.vllm_omni").addHandler(handler)
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from edgemark import vllm_omni
+    from vllm_omni.engine.orchestrator import OrchestratorBase
+
+    patched = vllm_omni.is_instrumented()
+    orch = object.__new__(OrchestratorBase)
+    try:
+        OrchestratorBase.__init__(orch, None, None, None, [])
+    except Exception:  # noqa: BLE001 - its own set-up needs a whole engine
+        pass
+    # vLLM-Omni's __init__ ran into our stand-in arguments; the wrapper runs
+    # after it only when it returns, so create the region as it would.
+    vllm_omni.instrumentor.recording.ensure_owner(3, 65536)
+    server = Server()
+    server.begin("req-S")
+    response = server.respond(1, "req-S", [7])
+    return {
+        "patched_before": patched,
+        "instrumented": vllm_omni.is_instrumented(),
+        "warnings": [m for m in handler.messages if m.startswith("edgemark")],
+        "response_keys": sorted(response),
+        "same": all(not hasattr(current(t), "__wrapped__") for t in every_target() if current(t) is not None),
+        "roundtrip": roundtrip(),
+        "region_exists": os.path.exists(os.environ[vllm_omni.ENV_REGION]),
+    }
+
+
 def scenario_kill() -> dict:
     from vllm_omni.plugins import load_omni_general_plugins
 
