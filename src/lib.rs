@@ -78,7 +78,8 @@
 //!   from the region ([`trace::ClosedRequest`] and [`trace::Drained`], from
 //!   [`Recorder::drain_closed`]) to send on as spans.
 //! - [`limits`]: the largest region, schema and value edgemark holds.
-//! - `export` (feature `prometheus`): the Prometheus text.
+//! - `prometheus` (feature `prometheus`): the Prometheus and OpenMetrics
+//!   text of a region, for a `/metrics` handler.
 //!
 //! The layers, bottom up: word encodings and the layout, the atomics
 //! facade, the clock, names (schema, edges and marks), the clock-domain
@@ -101,7 +102,15 @@ mod catalog;
 pub mod clock;
 mod domains;
 #[cfg(all(feature = "prometheus", not(edgemark_loom)))]
-pub mod export;
+pub mod prometheus;
+/// The former name of [`prometheus`], kept for callers not yet moved to
+/// the new name (the command's metrics server and OTLP exporter); new code
+/// names `prometheus`.
+#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
+#[doc(hidden)]
+pub mod export {
+    pub use crate::prometheus::*;
+}
 #[cfg(not(edgemark_loom))]
 mod fault;
 mod layout;

@@ -156,7 +156,10 @@ impl Outcome {
         while i < Outcome::ALL.len() {
             if let Some(c) = Outcome::ALL[i].counter() {
                 // Each counter is one outcome's, and they are 0..COUNTED_LEN.
-                assert!(c < COUNTED_LEN && !seen[c], "counters are 0.. without gaps or repeats");
+                assert!(
+                    c < COUNTED_LEN && !seen[c],
+                    "counters are 0.. without gaps or repeats"
+                );
                 seen[c] = true;
                 out[c] = Outcome::ALL[i];
             }

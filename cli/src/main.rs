@@ -464,13 +464,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let trust = Trust {
                         allow_foreign_owner: trust.allow_foreign_owner,
                     };
-                    let drainer = attach_for_export(&path, trust)?;
+                    let drainer = attach_clockless(&path, trust)?;
                     let again = path.clone();
                     let e = crate::otlp::Exporter::start(
                         config.clone(),
                         drainer,
                         path.clone(),
-                        move || attach_for_export(&again, trust),
+                        move || attach_clockless(&again, trust),
                         serve_for,
                     )?;
                     outln!("sending closed requests as spans to {}", config.url);
@@ -510,7 +510,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             remove_if_abandoned,
             trust,
         } => {
-            let rec = attach_for_reclaim(&path, trust)?;
+            let rec = attach_clockless(&path, trust)?;
             let r = if judge_pids {
                 rec.reclaim_dead_owners_in_this_namespace()
             } else {
@@ -607,18 +607,11 @@ fn attach_for_reading(path: &Path) -> Result<Viewer> {
         .map_err(|e| named(path, e))
 }
 
-/// Attach to export closed requests: takes them from the region's ring
-/// (which writes its read cursor), never reads the clock.
-fn attach_for_export(path: &Path, trust: Trust) -> Result<Recorder> {
-    trust
-        .options()
-        .allow_foreign_clock(true)
-        .attach(path)
-        .map_err(|e| named(path, e))
-}
-
-/// Attach to reclaim: writes, but never reads the clock.
-fn attach_for_reclaim(path: &Path, trust: Trust) -> Result<Recorder> {
+/// Attach to write without reading the clock: to export closed requests
+/// (taking them from the region's ring writes its read cursor) and to
+/// reclaim. Neither begins a request nor records in `host_monotonic`, so a
+/// region of another boot or time namespace is no reason to refuse.
+fn attach_clockless(path: &Path, trust: Trust) -> Result<Recorder> {
     trust
         .options()
         .allow_foreign_clock(true)

@@ -19,21 +19,21 @@
 //! it; an orchestrator that already runs a server serves it from there:
 //!
 //! ```
-//! use edgemark::export::{self, Format};
+//! use edgemark::prometheus::{self, Format};
 //! let rec = edgemark::Recorder::builder().edge(0, 1).create_in_memory()?;
 //! let t = rec.begin().expect("a free slot");
 //!
 //! // In the `/metrics` handler of whatever server the process runs:
 //! let accept = Some("text/plain;version=0.0.4"); // the request's Accept header
 //! let format = Format::negotiate(accept);
-//! let body = export::render(&rec, format);
+//! let body = prometheus::render(&rec, format);
 //! let content_type = format.content_type();
 //! assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
 //! assert!(body.contains("edgemark_open_requests 1"));
 //! assert!(body.contains("# TYPE edgemark_closed_requests_total counter"));
 //! rec.close(t);
-//! assert!(export::render(&rec, format).contains("edgemark_closed_requests_total 1"));
-//! assert!(export::render(&rec, Format::OpenMetrics).ends_with("# EOF\n"));
+//! assert!(prometheus::render(&rec, format).contains("edgemark_closed_requests_total 1"));
+//! assert!(prometheus::render(&rec, Format::OpenMetrics).ends_with("# EOF\n"));
 //! # Ok::<(), edgemark::CreateError>(())
 //! ```
 
@@ -46,8 +46,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::recorder::Viewer;
+use crate::region::SweepError;
 use crate::report::{Counters, EdgeHistogram};
-use crate::{SweepError, Viewer};
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,10 +164,10 @@ pub fn render_into(
 /// file again and render anew. No region is no error.
 ///
 /// ```
-/// use edgemark::export::{self, Format, ServerCounter};
+/// use edgemark::prometheus::{self, Format, ServerCounter};
 /// let served = [ServerCounter::new("my_reloads", "Times the file was attached again", 2)];
 /// let mut text = String::new();
-/// export::render_with(None, &served, Format::Text, &mut text)?;
+/// prometheus::render_with(None, &served, Format::Text, &mut text)?;
 /// assert!(text.contains("edgemark_region_ok 0\n"));
 /// assert!(text.contains("# TYPE my_reloads_total counter\nmy_reloads_total 2\n"));
 /// # Ok::<(), edgemark::SweepError>(())
@@ -370,7 +371,9 @@ fn encode_histogram(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Edge, Event, Mark, Recorder};
+    use crate::mark::{Edge, Mark};
+    use crate::recorder::Recorder;
+    use crate::schema::Event;
 
     /// The lines of `text` that are not comments: the samples.
     fn samples(text: &str) -> Vec<&str> {
