@@ -48,7 +48,8 @@
 //!   reads requests), [`Viewer`] (reads only; a recorder dereferences to
 //!   one); [`RegionBuilder`] creates a region, [`AttachOptions`] attaches
 //!   to one; [`default_dir`].
-//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`],
+//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`RegionId`] (and
+//!   [`ParseRegionIdError`]), [`Mark`],
 //!   [`Edge`], [`Event`], [`Outcome`] (what every writing call says).
 //! - **Reading**: [`Snapshot`], [`RequestState`].
 //! - **Errors**, one per operation: [`CreateError`] (create),
@@ -143,7 +144,7 @@ pub use recorder::{AttachOptions, Recorder, RegionBuilder, Viewer};
 pub use region::{AttachError, CreateError, SweepError};
 pub use schema::Event;
 pub use snapshot::{RequestState, Snapshot};
-pub use token::{ParseTokenError, Token};
+pub use token::{ParseRegionIdError, ParseTokenError, RegionId, Token};
 pub use trace::TraceContext;
 
 /// The limits of a region, its schema and its values; beyond them

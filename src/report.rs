@@ -21,13 +21,14 @@ use crate::mark::Edge;
 use crate::outcome::Outcome;
 use crate::schema::Schema;
 use crate::sync::{AtomicU64, Ordering};
+use crate::token::RegionId;
 
 /// The geometry and identity of a region, as its header declares them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RegionInfo {
     /// The region's random ID (tokens carry it).
-    pub region_id: u64,
+    pub region_id: RegionId,
     /// Request slots.
     pub slots: u32,
     /// Segments kept per edge of a request.

@@ -384,7 +384,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let rec = b.create(&path)?;
             let info = rec.info().expect("an enabled recorder");
             outln!(
-                "created {} ({} bytes, {} slots, region {:016x})",
+                "created {} ({} bytes, {} slots, region {})",
                 path.display(),
                 info.bytes,
                 info.slots,
@@ -713,7 +713,7 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    outln!("region     {:016x}", info.region_id);
+    outln!("region     {}", info.region_id);
     outln!(
         "geometry   {} slots x {} bytes, {} segments kept per edge, {} bytes in all",
         info.slots,

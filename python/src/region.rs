@@ -825,7 +825,7 @@ impl PyRegion {
         };
         let d = PyDict::new(py);
         d.set_item("path", self.path())?;
-        d.set_item("region_id", format!("{:016x}", i.region_id))?;
+        d.set_item("region_id", i.region_id.to_string())?;
         d.set_item("slots", i.slots)?;
         d.set_item("segments", i.segments)?;
         d.set_item("bytes", i.bytes)?;

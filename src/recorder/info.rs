@@ -9,7 +9,7 @@ use crate::mark::Edge;
 use crate::process;
 use crate::report::{self, Counters, Owner, RegionInfo};
 use crate::schema::{EventId, Schema};
-use crate::token::Token;
+use crate::token::{RegionId, Token};
 
 impl Viewer {
     /// Every clock domain of the region, declared and registered, in id
@@ -56,7 +56,7 @@ impl Viewer {
         let i = self.live()?.inner;
         let h = &i.header;
         Some(RegionInfo {
-            region_id: h.region_id,
+            region_id: RegionId::new(h.region_id),
             slots: h.layout.slots,
             segments: h.layout.segments,
             slot_stride: h.layout.slot_stride_bytes(),
