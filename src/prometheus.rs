@@ -48,7 +48,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::recorder::Viewer;
 use crate::region::SweepError;
-use crate::report::{Counters, EdgeHistogram};
+use crate::report::{Counters, EdgeHistogram, Occupancy};
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,13 +198,16 @@ pub fn render_with(
 }
 
 /// What one scrape read of a region: everything it shows, read before any
-/// of it is encoded.
+/// of it is encoded. The counters and gauges are the parts of the region's
+/// [`RegionReport`](crate::report::RegionReport), the values `inspect --json` and Python's
+/// `Region.report()` show under the same names.
 #[derive(Debug)]
 struct Read {
     hists: Vec<EdgeHistogram>,
-    open: i64,
+    /// The report's counters (all zero for a disabled recorder).
     counters: Counters,
-    slots: i64,
+    /// The report's occupancy (no slots for a disabled recorder).
+    occupancy: Occupancy,
 }
 
 impl Read {
@@ -215,14 +218,14 @@ impl Read {
     fn take(rec: &Viewer) -> Result<Read, SweepError> {
         rec.check()?;
         let hists = rec.histograms_checked()?;
-        let open = rec.open_requests_checked()?.len() as i64;
-        let counters = rec.counters();
+        let report = rec.report_checked()?;
         rec.check()?;
+        let (counters, occupancy) =
+            report.map_or_else(Default::default, |r| (r.counters, r.occupancy));
         Ok(Read {
             hists,
-            open,
             counters,
-            slots: rec.info().map_or(0, |i| i64::from(i.slots)),
+            occupancy,
         })
     }
 }
@@ -281,13 +284,13 @@ impl Collector for ScrapeCollector {
                 &mut enc,
                 "edgemark_open_requests",
                 "Requests open now",
-                read.open,
+                i64::from(read.occupancy.open_requests),
             )?;
             gauge(
                 &mut enc,
                 "edgemark_free_slots",
                 "Slots free now",
-                read.slots - read.open,
+                i64::from(read.occupancy.free_slots),
             )?;
         }
         for c in &self.counters {

@@ -662,57 +662,26 @@ fn pids_text(info: &edgemark::report::RegionInfo) -> String {
 }
 
 fn inspect(rec: &Viewer, json: bool) -> Result<()> {
-    rec.check()
-        .context("the region changed under this process")?;
-    let info = rec.info().expect("an enabled recorder");
-    let schema = rec.schema().expect("an enabled recorder");
-    let counters = rec.counters();
+    let report = rec
+        .report()
+        .context("the region changed under this process")?
+        .expect("an enabled recorder");
     let open = rec
         .snapshot_open()
         .context("the region changed under this process")?;
     if json {
-        let v = serde_json::json!({
-            "region_id": format!("{:016x}", info.region_id),
-            "bytes": info.bytes,
-            "slots": info.slots,
-            "segments": info.segments,
-            "slot_stride": info.slot_stride,
-            "edges": rec.edges().iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-            "events": schema.events().iter().map(|e| serde_json::json!({
-                "name": e.name(),
-                "domain": schema.domain_name(e.domain()),
-                "keeps_chunk_seq": e.keeps_chunk_seq(),
-            })).collect::<Vec<_>>(),
-            "domains": schema.domains(),
-            "clock": {
-                "boot_id": format!("{:032x}", info.clock.boot_id),
-                "time_namespace": info.clock.time_namespace,
-                "kind": info.clock_kind.name(),
-                "shared_with_this_process": info.shares_clock,
-            },
-            "created_unix_ns": info.created_unix_ns,
-            "creator_pid": info.creator_pid,
-            "group_access": info.group_access,
-            "pid_namespaces": {
-                "mixed": info.mixed_pid_namespaces,
-                "pids_judged": info.pids_unjudged.is_none(),
-                "why_not_judged": info.pids_unjudged.map(|w| w.name()),
-            },
-            "refused": counters.refused.iter().map(|(o, n)| (o.name().to_owned(), serde_json::Value::from(*n))).collect::<serde_json::Map<String, serde_json::Value>>(),
-            "dropped_segments": counters.dropped_segments,
-            "closed_ring": {
-                "entries": info.ring_entries,
-                "entry_bytes": info.ring_stride,
-                "lost": counters.closed_lost,
-            },
-            "bad_trace_contexts": counters.bad_trace_contexts,
-            "open_requests": open.len(),
-            "free_slots": u64::from(info.slots) - open.len() as u64,
-            "open": open.iter().map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s})).collect::<Vec<_>>(),
-        });
+        // The region's report, in the library's one encoding of it, then
+        // the open requests.
+        let mut v = serde_json::to_value(&report)?;
+        v["open"] = serde_json::Value::Array(
+            open.iter()
+                .map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s}))
+                .collect(),
+        );
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let (info, counters) = (&report.info, &report.counters);
     outln!("region     {}", info.region_id);
     outln!(
         "geometry   {} slots x {} bytes, {} segments kept per edge, {} bytes in all",
@@ -721,21 +690,21 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
         info.segments,
         info.bytes
     );
-    let edges: Vec<String> = rec.edges().iter().map(|e| e.to_string()).collect();
+    let edges: Vec<String> = info.edges.iter().map(|e| e.to_string()).collect();
     outln!("edges      {}", edges.join(", "));
-    for e in schema.events() {
+    for e in &info.events {
         outln!(
             "event      {} ({}{})",
-            e.name(),
-            schema.domain_name(e.domain()).unwrap_or("?"),
-            if e.keeps_chunk_seq() {
+            e.name,
+            e.domain,
+            if e.keeps_chunk_seq {
                 ", keeps chunk seq"
             } else {
                 ""
             }
         );
     }
-    outln!("domains    {}", schema.domains().join(", "));
+    outln!("domains    {}", info.domains.join(", "));
     outln!(
         "clock      {}, boot {:032x}, time namespace {} ({})",
         info.clock_kind,
@@ -748,11 +717,11 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
         }
     );
     outln!("creator    pid {}", info.creator_pid);
-    outln!("pids       {}", pids_text(&info));
+    outln!("pids       {}", pids_text(info));
     outln!(
         "occupancy  {} open, {} free",
-        open.len(),
-        u64::from(info.slots) - open.len() as u64
+        report.occupancy.open_requests,
+        report.occupancy.free_slots
     );
     outln!("dropped    {} segments", counters.dropped_segments);
     outln!(
