@@ -263,6 +263,13 @@ impl PidsUnjudged {
     }
 }
 
+/// As its [`name`](PidsUnjudged::name).
+impl Serialize for PidsUnjudged {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 impl std::fmt::Display for PidsUnjudged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -289,7 +296,10 @@ pub struct Owner {
 }
 
 /// What [`Recorder::reclaim_dead_owners`](crate::Recorder::reclaim_dead_owners) freed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Serialises under its field names, `unjudged` as the reason's
+/// [`name`](PidsUnjudged::name) or null (Python's
+/// `Region.reclaim_dead_owners()` returns it so).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ReclaimReport {
     /// Open requests whose owner process is gone.
