@@ -280,6 +280,18 @@ impl Collector for ScrapeCollector {
                 "Segments that left a request's window of kept segments",
                 c.dropped_segments,
             )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_lost",
+                "Closed requests that left the ring of closed requests unread (a reader a ring behind, or a torn entry)",
+                c.closed_lost,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_bad_trace_contexts",
+                "Malformed trace contexts ignored at begin (their requests began in a new trace)",
+                c.bad_trace_contexts,
+            )?;
             gauge(
                 &mut enc,
                 "edgemark_open_requests",

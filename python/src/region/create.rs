@@ -112,7 +112,7 @@ impl PyRegion {
     ///
     /// ``clock="counter"`` asks for the time-stamp-counter shared clock
     /// where the kernel trusts the counter (else the region reads
-    /// ``CLOCK_MONOTONIC``, the default ``"monotonic"``; ``info()["clock"]``
+    /// ``CLOCK_MONOTONIC``, the default ``"monotonic"``; ``info()["clock"]["kind"]``
     /// says which it got; see docs/design.md, "The counter clock").
     ///
     /// The file's space is reserved at creation, so a full file system is
