@@ -439,7 +439,7 @@ def test_create_defaults(tmp_path):
     assert r.domains == ["host_monotonic"]
     assert r.path == str(tmp_path / "d.region")
     assert (os.stat(r.path).st_mode & 0o777) == 0o600
-    assert info["shares_clock"] is True and info["creator_pid"] == os.getpid()
+    assert info["clock"]["shared_with_this_process"] is True and info["creator_pid"] == os.getpid()
 
 
 def test_attach_sees_the_same_region(tmp_path):
