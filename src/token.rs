@@ -97,6 +97,9 @@ impl fmt::Display for Token {
 /// assert_eq!(id.to_string(), "00000000000000ab");
 /// assert_eq!("AB".parse::<RegionId>(), Ok(id));
 /// assert!("0x1".parse::<RegionId>().is_err());
+/// assert!("".parse::<RegionId>().is_err());
+/// assert!("1".repeat(17).parse::<RegionId>().is_err());
+/// assert_eq!(format!("{id:016x}"), id.to_string());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(u64);
