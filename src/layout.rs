@@ -69,7 +69,7 @@ pub(crate) const MAX_COUNTERS: usize = 15;
 pub(crate) const H_CLOSED: usize = 56;
 /// Requests freed by a reclaim.
 pub(crate) const H_RECLAIMED: usize = 57;
-/// Edge table: one word per edge, `from | to << 32`.
+/// Edge table: one word per edge ([`EdgeWord`](crate::word::EdgeWord)).
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
 pub const MAX_EDGES: usize = 64;
@@ -133,10 +133,11 @@ pub(crate) const R_STATE: usize = 0;
 pub(crate) const R_CHECK: usize = 1;
 /// The request's trace context ([`TRACE_WORDS`] words).
 pub(crate) const R_TRACE: usize = 2;
-/// What the entry holds: 0 nothing (a close that lost its slot), 1 a
-/// closed request, 3 one whose read found a corrupt word.
+/// What the entry holds ([`entry_kind`](crate::word::entry_kind)): nothing
+/// (a close that lost its slot), a closed request, or one whose read found
+/// a corrupt word.
 pub(crate) const R_KIND: usize = R_TRACE + TRACE_WORDS;
-/// The request's token: `slot | generation << 32`.
+/// The request's token ([`TokenWord`](crate::word::TokenWord)).
 pub(crate) const R_TOKEN: usize = R_KIND + 1;
 /// Microseconds from the request's origin to its close, on the region's
 /// clock.

@@ -48,7 +48,8 @@
 //!   reads requests), [`Viewer`] (reads only; a recorder dereferences to
 //!   one); [`RegionBuilder`] creates a region, [`AttachOptions`] attaches
 //!   to one; [`default_dir`].
-//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`],
+//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`RegionId`] (and
+//!   [`ParseRegionIdError`]), [`Mark`],
 //!   [`Edge`], [`Event`], [`Outcome`] (what every writing call says).
 //! - **Reading**: [`Snapshot`], [`RequestState`].
 //! - **Errors**, one per operation: [`CreateError`] (create),
@@ -78,7 +79,8 @@
 //!   from the region ([`trace::ClosedRequest`] and [`trace::Drained`], from
 //!   [`Recorder::drain_closed`]) to send on as spans.
 //! - [`limits`]: the largest region, schema and value edgemark holds.
-//! - `export` (feature `prometheus`): the Prometheus text.
+//! - `prometheus` (feature `prometheus`): the Prometheus and OpenMetrics
+//!   text of a region, for a `/metrics` handler.
 //!
 //! The layers, bottom up: word encodings and the layout, the atomics
 //! facade, the clock, names (schema, edges and marks), the clock-domain
@@ -101,7 +103,15 @@ mod catalog;
 pub mod clock;
 mod domains;
 #[cfg(all(feature = "prometheus", not(edgemark_loom)))]
-pub mod export;
+pub mod prometheus;
+/// The former name of [`prometheus`], kept for callers not yet moved to
+/// the new name (the command's metrics server and OTLP exporter); new code
+/// names `prometheus`.
+#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
+#[doc(hidden)]
+pub mod export {
+    pub use crate::prometheus::*;
+}
 #[cfg(not(edgemark_loom))]
 mod fault;
 mod layout;
@@ -134,7 +144,7 @@ pub use recorder::{AttachOptions, Recorder, RegionBuilder, Viewer};
 pub use region::{AttachError, CreateError, SweepError};
 pub use schema::Event;
 pub use snapshot::{RequestState, Snapshot};
-pub use token::{ParseTokenError, Token};
+pub use token::{ParseRegionIdError, ParseTokenError, RegionId, Token};
 pub use trace::TraceContext;
 
 /// The limits of a region, its schema and its values; beyond them

@@ -140,7 +140,7 @@ impl Source {
                 };
                 match (self.reopen)() {
                     Ok(rec) => {
-                        let new = rec.info().map_or(0, |i| i.region_id);
+                        let new = rec.info().map(|i| i.region_id).unwrap_or_default();
                         *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                         match old {
                             Some(old) => eprintln!(

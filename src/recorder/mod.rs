@@ -19,7 +19,7 @@ use crate::protocol::{Both, Closed, Discard, Occupant, Proto, RingWrite, Tally};
 use crate::region::{self, AttachError, Header, Storage};
 use crate::report::PidsUnjudged;
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
-use crate::token::Token;
+use crate::token::{RegionId, Token};
 use crate::trace::{SlotTrace, TraceContext};
 use record::{EVENT_IDS, RecordSpec};
 
@@ -185,7 +185,10 @@ impl Viewer {
             Some(i) => f
                 .debug_struct(name)
                 .field("path", &i.path)
-                .field("region_id", &format_args!("{:016x}", i.header.region_id))
+                .field(
+                    "region_id",
+                    &format_args!("{}", RegionId::new(i.header.region_id)),
+                )
                 .field("edges", &i.header.edges)
                 .field("storage", &i.storage)
                 .finish(),

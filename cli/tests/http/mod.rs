@@ -166,7 +166,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
 }
 
 /// Every metric family of a scrape, in the classic text format.
-pub const FAMILIES: [&str; 9] = [
+pub const FAMILIES: [&str; 11] = [
     "edgemark_region_ok",
     "edgemark_boundary_elapsed_seconds",
     "edgemark_delta_seconds",
@@ -174,6 +174,8 @@ pub const FAMILIES: [&str; 9] = [
     "edgemark_closed_requests_total",
     "edgemark_reclaimed_requests_total",
     "edgemark_dropped_segments_total",
+    "edgemark_closed_lost_total",
+    "edgemark_bad_trace_contexts_total",
     "edgemark_open_requests",
     "edgemark_free_slots",
 ];
