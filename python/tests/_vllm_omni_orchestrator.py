@@ -26,9 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Stage:
     """A stage process, driven one JSON command at a time."""
 
-    def __init__(self, stage_id: int, worker_type: str, *mode: str) -> None:
+    def __init__(self, stage_id: int, worker_type: str, *mode: str, script: str = "_vllm_omni_stage.py") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "_vllm_omni_stage.py"), str(stage_id), worker_type, *mode],
+            [sys.executable, os.path.join(HERE, script), str(stage_id), worker_type, *mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -169,10 +169,9 @@ class Server:
         out = self.api._process_single_result(result, stage_id, metrics, {}, time.time(), stage_id)
         return out.metrics
 
-    def snapshot(self, state) -> dict:
-        from edgemark import vllm_omni
-
-        return vllm_omni._owner.region.snapshot(state._edgemark_token)
+    def snapshot(self, rid: str) -> dict:
+        owner = owner_of_this_process()
+        return owner.region.snapshot(owner.tokens[rid])
 
     def cleanup(self, rid: str) -> dict:
         state = self.api.request_states[rid]
@@ -185,14 +184,32 @@ class Server:
         return state.stream_edge_metrics
 
 
-def targets():
+def owner_of_this_process():
     from edgemark import vllm_omni
 
-    out = {}
-    for t in vllm_omni._TARGETS:
-        mod = __import__(t.module, fromlist=[t.cls])
-        out[f"{t.cls}.{t.attr}"] = id(getattr(mod, t.cls).__dict__.get(t.attr))
-    return out
+    return vllm_omni.instrumentor.recording.owner
+
+
+def every_target():
+    from edgemark import vllm_omni
+
+    return vllm_omni.instrumentor.targets() + vllm_omni.instrumentor.optional_targets()
+
+
+def current(t):
+    """The function at a target's place now (``None`` if there is none)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(t.module)
+    except ImportError:
+        return None
+    owner = mod if t.cls is None else getattr(mod, t.cls, None)
+    return None if owner is None else owner.__dict__.get(t.attr)
+
+
+def targets():
+    return {t.name: id(current(t)) for t in every_target()}
 
 
 def roundtrip() -> bool:
@@ -265,12 +282,12 @@ def scenario_main() -> dict:
         consumer(op="wait", rid="req-A", chunks=1)
         server.route(1, "req-A", [7])
         result["A_response"] = server.respond(1, "req-A", [7])
-        result["A_first"] = server.snapshot(server.api.request_states["req-A"])
+        result["A_first"] = server.snapshot("req-A")
         producer(op="send", rid="req-A", kind="data")
         consumer(op="wait", rid="req-A", chunks=2)
         server.route(1, "req-A", [8])
         result["A"] = server.cleanup("req-A")
-        result["A_after_close"] = result["A"] == {} or "req-A" not in vllm_omni._owner.tokens
+        result["A_after_close"] = "req-A" not in owner_of_this_process().tokens
 
         # B: an empty terminal payload, then an empty output.
         server.begin("req-B")
@@ -318,11 +335,66 @@ def scenario_main() -> dict:
         server.route(2, "req-F", [5])
         result["F"] = server.cleanup("req-F")
 
-        result["open_after"] = len(vllm_omni._owner.region.open_requests())
-        result["region"] = vllm_omni._owner.path
+        result["open_after"] = len(owner_of_this_process().region.open_requests())
+        result["region"] = owner_of_this_process().path
     finally:
         for s in stages:
             s.stop()
+    return result
+
+
+def adapter_stage(stage_id: int) -> Stage:
+    """A stage process on the adapter path (``_vllm_omni_adapter_stage.py``)."""
+    return Stage(stage_id, "ar", script="_vllm_omni_adapter_stage.py")
+
+
+def scenario_adapter() -> dict:
+    """The default transport: chunks through the scheduler's transfer adapter."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    server = Server()
+    producer, consumer = adapter_stage(0), adapter_stage(1)
+    result = {}
+    try:
+        result["stages_instrumented"] = [producer.ready()["instrumented"], consumer.ready()["instrumented"]]
+
+        # A: a step with content, its chunk through the adapter, an output;
+        # then a second chunk and output, which change nothing.
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        result["A_puts"] = producer(op="save", rid="req-A", kind="data")["puts"]
+        result["A_admitted"] = consumer(op="wait", rid="req-A")["admitted"]
+        server.route(1, "req-A", [7])
+        result["A_first"] = server.snapshot("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="save", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A")
+        server.route(1, "req-A", [8])
+        result["A"] = server.cleanup("req-A")
+
+        # E: steps with no output, then the request finishes with an empty
+        # terminal chunk (the processor built no payload): nothing recorded.
+        server.begin("req-E")
+        consumer(op="register", rid="req-E")
+        producer(op="save", rid="req-E", kind="empty")
+        result["E_puts"] = producer(op="save", rid="req-E", kind="empty", finished=True)["puts"]
+        result["E_admitted"] = consumer(op="wait", rid="req-E")["admitted"]
+        result["E"] = server.cleanup("req-E")
+
+        # A again, after both stages freed it: a new instance records its own.
+        producer(op="free", rid="req-A")
+        consumer(op="free", rid="req-A")
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="save", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A")
+        server.route(1, "req-A", [9])
+        result["A2"] = server.cleanup("req-A")
+        result["open_after"] = len(owner_of_this_process().region.open_requests())
+    finally:
+        producer.stop()
+        consumer.stop()
     return result
 
 
@@ -342,13 +414,13 @@ def scenario_kill() -> dict:
         consumer(op="wait", rid="req-K", chunks=1)
         os.kill(producer.proc.pid, signal.SIGKILL)
         producer.proc.wait(timeout=60)
-        before = server.snapshot(state)
+        before = server.snapshot("req-K")
         final = server.cleanup("req-K")
         return {
             "killed": producer.proc.returncode,
             "before": before,
             "final": final,
-            "open_after": len(vllm_omni._owner.region.open_requests()),
+            "open_after": len(owner_of_this_process().region.open_requests()),
         }
     finally:
         consumer.stop()
@@ -391,7 +463,9 @@ def _refused(change) -> dict:
 
 def scenario_version() -> dict:
     def change(plugin):
-        plugin._installed_version = lambda: "0.31.0"
+        from edgemark.vllm_omni import _instrumentor
+
+        _instrumentor.installed_version = lambda: "0.33.0"
 
     return _refused(change)
 
@@ -439,9 +513,8 @@ def scenario_twice() -> dict:
     vllm_omni.uninstrument()
     vllm_omni.uninstrument()
     restored = all(
-        getattr(__import__(t.module, fromlist=[t.cls]), t.cls).__dict__.get(t.attr).__name__ == t.attr
-        and not hasattr(getattr(__import__(t.module, fromlist=[t.cls]), t.cls).__dict__.get(t.attr), "__wrapped__")
-        for t in vllm_omni._TARGETS
+        current(t) is None or (current(t).__name__ == t.attr and not hasattr(current(t), "__wrapped__"))
+        for t in every_target()
     )
     return {"same": same, "child": os.waitstatus_to_exitcode(status), "restored": restored}
 

@@ -151,6 +151,40 @@ def test_the_region_is_removed_at_exit(main):
     assert not os.path.exists(main["region"][: -len(".region")] + ".requests")
 
 
+@pytest.fixture(scope="module")
+def adapter():
+    return run("adapter")
+
+
+def test_the_adapter_path_records_all_four_events_in_order(adapter):
+    # The default transport (async_chunk under the default model runner):
+    # save_async, the save thread's put, the receive thread's admission.
+    assert adapter["stages_instrumented"] == [True, True]
+    assert adapter["A_puts"] == 1 and adapter["A_admitted"] is True
+    final = adapter["A"]
+    assert list(final) == ["0->1:0"]
+    assert final["0->1:0"]["first_chunk_seq"] == 0
+    emit, send, accept, output = values(final)
+    assert None not in (emit, send, accept, output)
+    assert emit <= send <= accept <= output
+    # A second chunk and output changed nothing.
+    assert adapter["A_first"] == final
+
+
+def test_the_adapter_path_ignores_empty_steps_and_the_empty_terminal_chunk(adapter):
+    # The terminal chunk went out and was admitted, but carried nothing.
+    assert adapter["E_admitted"] is True
+    assert adapter["E"] == {}
+
+
+def test_the_adapter_path_records_a_reused_id_into_the_new_instance(adapter):
+    emit, send, accept, output = values(adapter["A2"])
+    assert None not in (emit, send, accept, output)
+    assert emit <= send <= accept <= output
+    assert adapter["A2"] != adapter["A"]
+    assert adapter["open_after"] == 0
+
+
 def test_a_stage_killed_mid_request():
     out = run("kill")
     assert out["killed"] == -9
