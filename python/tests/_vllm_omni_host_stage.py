@@ -313,6 +313,10 @@ def make_generation_scheduler():
     sched.finished_req_ids_dict = None
     sched.defer_block_free = False
     sched.requests = {}
+    # Read by vllm 0.32's _free_request: no auxiliary output connector, no
+    # KV fetch stages tracked.
+    sched.aux_output_connector = None
+    sched._kv_fetch_stages = None
     return sched
 
 

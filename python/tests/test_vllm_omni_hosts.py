@@ -53,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 STAGE = os.path.join(HERE, "_vllm_omni_host_stage.py")
 #: How long a step waits for something to happen before failing (a bound
 #: on a wait, never a timing that is asserted).
-PATIENCE_S = 180.0
+PATIENCE_S = 600.0
 RID = "req-hosts-1"
 CODES = [11, 12, 13, 14, 15]
 
