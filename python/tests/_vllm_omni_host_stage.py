@@ -19,8 +19,9 @@ the line that starts with ``{"reply"``).
   plugin begins the request in this host's region); answers the plugin's
   traceparent for R, and the next stage's engine request, built by vLLM-Omni's
   own ``build_engine_core_request_from_tokens`` as its orchestrator builds a
-  downstream stage's request, carrying the traceparent in ``trace_headers``,
-  encoded with vLLM's msgpack encoder as it travels to a stage's engine core;
+  downstream stage's request (the plugin puts the traceparent in its
+  ``trace_headers``), encoded with vLLM's msgpack encoder as it travels to a
+  stage's engine core;
 - ``{"op": "close", "rid": R}``: the API server is done with R.
 
 ``producer``, stage 0 (an AR stage that sends chunks):
@@ -185,9 +186,8 @@ def run_api() -> None:
                 params=SamplingParams(max_tokens=1),
             )
             req.external_req_id = req.request_id
+            # Sent as built: the trace context is the plugin's to add.
             built = dict(req.trace_headers) if req.trace_headers else None
-            if traceparent is not None and not (built or {}).get("traceparent"):
-                req.trace_headers = {**(built or {}), "traceparent": traceparent}
             frames = encoder.encode(req)
             reply(
                 traceparent=traceparent,
