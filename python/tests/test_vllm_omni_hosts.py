@@ -18,7 +18,7 @@ spans by trace ID.
   region and begins a host-local request under that context.
 
 Needs vllm-omni with ``mooncake-transfer-engine-non-cuda`` (and Debian's
-``libibverbs1``), rotel-less Phoenix in the environment named by
+``libibverbs1``), Arize Phoenix in the environment named by
 ``EDGEMARK_OTEL_VENV``, the ``edgemark`` command (``EDGEMARK_CLI``, else the
 workspace's ``target/debug/edgemark``), root, ``ip``, ``unshare`` and
 ``nsenter``. Where one is missing the module is skipped, unless
