@@ -549,6 +549,12 @@ def test_the_hosts_spans_are_one_trace_in_phoenix(run):
     assert {"producer_first_nonempty_emit", "edge_first_send_complete"} <= a_events, a_kids
     assert "consumer_first_accept" in b_events, b_kids
     assert "consumer_first_accept" not in a_events
+    # Both hosts name the same edge, stage 0 -> stage 1; on A, the emit came
+    # before the send completed (one host, one clock).
+    assert {s["name"] for s in a_kids + b_kids if s is not b_req} == {"edgemark 0->1"}
+    a_edge = [s for s in a_kids if "producer_first_nonempty_emit" in event_names(s)][0]
+    times = {e["name"]: e["timestamp"] for e in a_edge["events"]}
+    assert times["producer_first_nonempty_emit"] <= times["edge_first_send_complete"]
     assert not {"producer_first_nonempty_emit", "edge_first_send_complete"} & b_events
     # Each host's spans came through its own exporter (its own service and
     # host name: Phoenix's span API returns no resource attributes, so the
