@@ -147,6 +147,11 @@ def serve(stage_id: int, connector: dict) -> None:
             while time.monotonic() < deadline and rid not in adapter._finished_load_reqs:
                 time.sleep(0.005)
             got = rid in adapter._finished_load_reqs
+            # The chunk is admitted inside `_commit_received_chunk`; the
+            # receive thread records its accept when that call returns. A
+            # scheduler takes the request a model step later: so does this
+            # stage, so that the output routed next follows the accept.
+            time.sleep(0.05)
             adapter._finished_load_reqs.discard(rid)
             reply = {"admitted": got, "chunks": adapter.get_req_chunk.get(rid, 0)}
         elif op == "free":

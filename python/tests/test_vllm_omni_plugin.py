@@ -360,3 +360,116 @@ def test_a_malformed_context_begins_a_request_in_a_new_trace(region_env):
 
 def test_the_logger_is_the_packages():
     assert _recording.log is logging.getLogger("edgemark.vllm_omni")
+
+
+# -- the wrappers over stand-in call sites: the first call records through
+# the full path, later calls take the inline fast path; both call the
+# original with the same arguments and hand its result back unchanged.
+
+
+def _calls_through(wrapped, orig_calls, call, result):
+    before = len(orig_calls)
+    assert call(wrapped) is result
+    assert len(orig_calls) == before + 1
+    return orig_calls[-1]
+
+
+def _original(calls, result):
+    def orig(*args, **kwargs):
+        calls.append((args, kwargs))
+        return result
+
+    return orig
+
+
+def _wrapper_cases():
+    from edgemark.vllm_omni import adapter, runner
+    from edgemark.vllm_omni._recording import ACCEPT, SEND
+
+    request = SimpleNamespace(external_req_id="req-w", request_id="req-w", trace_headers=None)
+    producer = SimpleNamespace(connector=SimpleNamespace(stage_id=0), put_req_chunk={"req-w": 2})
+    consumer = SimpleNamespace(connector=SimpleNamespace(stage_id=1))
+    data = {"hidden": [1.0]}
+    mixin0 = SimpleNamespace(
+        _stage_id=0, _next_stage_id=1, _request_ids_mapping={"req-w": "req-w"}, _put_req_chunk={"req-w": 3},
+        _omni_connector=object(), _payload_is_consumable=lambda payload: bool(payload),
+    )  # fmt: skip
+    task = {"put_key": "req-w_0_3", "stage_id": 0, "next_stage_id": 1, "request_id": "req-w", "data": data}
+
+    def sent(self, task, sender_token=None):
+        # A put that succeeded advances the adapter's chunk counter.
+        self.put_req_chunk["req-w"] += 1
+        return "sent"
+
+    return [
+        # (name, factory, original's result, the call, the event it records)
+        ("adapter.save_async", adapter.wrap_save_async, "queued",
+         lambda f: f(producer, data, request, False, new_token_ids=[7]), EMIT, 2),
+        ("adapter.send", adapter.wrap_send, None,
+         lambda f: f(producer, {"request": request, "multimodal_output": data}, None), SEND, None),
+        ("adapter.commit", adapter.wrap_commit, True,
+         lambda f: f(consumer, request, (data, 1), stage_id=1), ACCEPT, None),
+        ("runner.enqueue", runner.wrap_enqueue, "enqueued",
+         lambda f: f(mixin0, request, data, wait_for_delivery=False), EMIT, 3),
+        ("runner.send", runner.wrap_send, True, lambda f: f(mixin0, task), SEND, None),
+    ], sent  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_a_wrapper_records_once_then_only_calls_through(region_env, case):
+    cases, sent = _wrapper_cases()
+    name, factory, result, call, event, chunk_seq = cases[case]
+    rec = Recording()
+    token = rec.begin("req-w")
+    calls = []
+    orig = _original(calls, result)
+    if name == "adapter.send":
+        # The adapter's send: the original is what advances the counter.
+        def orig(*args, **kwargs):  # noqa: F811
+            calls.append((args, kwargs))
+            sent(*args, **kwargs)
+            return result
+
+    wrapped = factory(orig, rec)
+    first = _calls_through(wrapped, calls, call, result)
+    seg = rec.owner.region.snapshot(token)["0->1:0"]
+    recorded = [e for e in ("producer_first_nonempty_emit_ms", "edge_first_send_complete_ms",
+                            "consumer_first_accept_ms") if seg[e] is not None]  # fmt: skip
+    assert recorded == [list(edgemark.Event)[event].name.lower() + "_ms"]
+    if chunk_seq is not None:
+        assert seg["first_chunk_seq"] == chunk_seq
+    assert rec.is_done("req-w", (0, 1, event))
+    # The steady state: the same arguments reach the original, the result
+    # comes back, the record stays the first one.
+    for _ in range(3):
+        assert _calls_through(wrapped, calls, call, result) == first
+    assert rec.owner.region.snapshot(token)["0->1:0"] == seg
+
+
+def test_a_wrapper_fast_path_falls_back_on_an_unexpected_stage():
+    # A stage number that is not an int (a string, as some configs give)
+    # misses the inline check and takes the full path, which converts it.
+    from edgemark.vllm_omni import adapter
+
+    calls = []
+    rec = Recording()
+    request = SimpleNamespace(external_req_id="req-s", request_id="req-s", trace_headers=None)
+    rec.requests["req-s"] = _recording.StageRequest(None, 0.0, done={(0, 1, EMIT)})
+    host = SimpleNamespace(connector=SimpleNamespace(stage_id="0"), put_req_chunk={})
+    wrapped = adapter.wrap_save_async(_original(calls, "ok"), rec)
+    assert wrapped(host, {"x": [1]}, request, False) == "ok"
+    assert calls == [((host, {"x": [1]}, request, False), {})]
+
+
+def test_the_receive_sink_is_none_in_every_new_thread():
+    from edgemark.vllm_omni import runner
+
+    seen = []
+    runner._received.sink = ["main thread's"]
+    try:
+        t = threading.Thread(target=lambda: seen.append(runner._received.sink))
+        t.start()
+        t.join()
+    finally:
+        runner._received.sink = None
+    assert seen == [None]

@@ -240,7 +240,8 @@ class Recording:
         self._next_attach = 0.0
         self._reader = _channel.Reader(_channel.lookup_dir(self.path))
         self._reader_ok: Optional[bool] = None
-        #: The request instances this process knows, by request ID.
+        #: The request instances this process knows, by request ID. Never
+        #: rebound: the wrappers hold it for their fast path.
         self.requests: "collections.OrderedDict[str, StageRequest]" = collections.OrderedDict()
         self.lock = threading.Lock()
         #: Puts every call site back (the instrumentor's): when this host's
