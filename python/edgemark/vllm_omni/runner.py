@@ -66,12 +66,17 @@ def wrap_enqueue(orig: Callable, rec: Recording) -> Callable:
 
     def _enqueue_chunk_payload(self, request, payload_data, *, wait_for_delivery=False):
         try:
-            # The steady state, inline: the request's ID through vLLM-Omni's
-            # mapping (what `_external_id` finds first), its emit on this
-            # edge already recorded.
+            # The steady state, inline: the request's ID as `_external_id`
+            # resolves it (an attribute missing takes the full path), its
+            # emit on this edge already recorded.
             raw = request.request_id
             if raw:
-                req = requests.get(self._request_ids_mapping.get(raw))
+                rid = self._request_ids_mapping.get(raw)
+                if rid is None:
+                    rid = request.external_req_id
+                    if rid is None:
+                        rid = raw
+                req = requests.get(rid)
                 if req is not None and (self._stage_id, self._next_stage_id, EMIT) in req.done:
                     return orig(self, request, payload_data, wait_for_delivery=wait_for_delivery)
         except Exception:  # noqa: BLE001
