@@ -56,6 +56,17 @@ pub(crate) const H_RING_LOST: usize = 26;
 /// Trace contexts refused on the record path
 /// ([`crate::Recorder::begin_with_traceparent`]).
 pub(crate) const H_BAD_TRACE: usize = 27;
+/// Closed requests a registered reader took and acknowledged
+/// (`protocol/ring.rs`, "Acknowledgment").
+pub(crate) const H_RING_ACKED: usize = 28;
+/// Taken closed requests a reader gave up on because its queue was full.
+pub(crate) const H_RING_GAVE_UP_FULL: usize = 29;
+/// Taken closed requests a reader gave up on after retrying for as long as
+/// it retries.
+pub(crate) const H_RING_GAVE_UP_RETRIES: usize = 30;
+/// Entries a closer overwrote while a reader had taken them and not yet
+/// settled them (acknowledged or given up).
+pub(crate) const H_RING_OVERWRITTEN_TAKEN: usize = 31;
 // Written at run time, each group on its own cache line, away from the
 // read-mostly words above.
 /// The begin cursor: where the next `begin` starts its search.
@@ -69,6 +80,12 @@ pub(crate) const MAX_COUNTERS: usize = 15;
 pub(crate) const H_CLOSED: usize = 56;
 /// Requests freed by a reclaim.
 pub(crate) const H_RECLAIMED: usize = 57;
+/// Of [`H_RING_OVERWRITTEN_TAKEN`], those their reader settled afterwards:
+/// the difference is what readers that died took with them.
+pub(crate) const H_RING_SETTLED_OVERWRITTEN: usize = 58;
+/// Taken closed requests a reader gave up on because the collector (or
+/// whatever it sends to) refused them.
+pub(crate) const H_RING_GAVE_UP_REFUSED: usize = 59;
 /// Edge table: one word per edge, `from | to << 32`.
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
@@ -81,6 +98,12 @@ pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
 /// The clock-domain table, which processes write at run time
 /// (`domains.rs`): [`MAX_DOMAINS`] entries of a state word and the name.
 pub(crate) const H_DOMAIN_TABLE: usize = 256;
+/// The reader table of the ring of closed requests: [`MAX_READERS`]
+/// words, each 0 (free) or the identity of the process whose reader holds
+/// it (`pid << 32 | start ticks & 0xffff_ffff`).
+///
+/// [`MAX_READERS`]: crate::word::MAX_READERS
+pub(crate) const H_READERS: usize = 416;
 /// Words per entry of the clock-domain table: the state and the name.
 pub(crate) const DOMAIN_ENTRY_WORDS: usize = 1 + NAME_WORDS;
 
@@ -536,6 +559,8 @@ const _: () = assert!(H_BAD_TRACE < H_CURSOR);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
 const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);
 const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= HEADER_WORDS);
+const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= H_READERS);
+const _: () = assert!(H_READERS + crate::word::MAX_READERS <= HEADER_WORDS);
 const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
 
 #[cfg(test)]

@@ -130,7 +130,10 @@ pub use domains::LoomTable;
 pub use layout::GeometryError;
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
-pub use recorder::{AttachOptions, Recorder, RegionBuilder, Viewer};
+pub use recorder::{
+    AttachOptions, ClosedReader, GiveUp, ReaderError, ReaderHolder, Recorder, RegionBuilder,
+    RingState, Viewer,
+};
 pub use region::{AttachError, CreateError, SweepError};
 pub use schema::Event;
 pub use snapshot::{RequestState, Snapshot};

@@ -15,7 +15,9 @@
 use crate::clock::ClockIdentity;
 pub use crate::layout::BUCKETS_MS;
 use crate::layout::{
-    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords, Layout,
+    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_ACKED, H_RING_GAVE_UP_FULL,
+    H_RING_GAVE_UP_REFUSED, H_RING_GAVE_UP_RETRIES, H_RING_LOST, H_RING_OVERWRITTEN_TAKEN,
+    H_RING_SETTLED_OVERWRITTEN, HistWords, Layout,
 };
 use crate::mark::Edge;
 use crate::outcome::Outcome;
@@ -157,9 +159,46 @@ pub struct Counters {
     /// Closed requests that left the ring of closed requests unread:
     /// overwritten (its reader fell a ring behind) or torn.
     pub closed_lost: u64,
+    /// Closed requests a registered reader
+    /// ([`ClosedReader`](crate::ClosedReader)) acknowledged: its receiver
+    /// has them.
+    pub closed_acknowledged: u64,
+    /// Closed requests a registered reader took and gave up on, by
+    /// reason: its queue was full, its retries ran out, its receiver
+    /// refused them.
+    pub closed_given_up: GivenUp,
+    /// Closed requests the ring overwrote while a registered reader had
+    /// taken them and not yet settled them. Their reader still holds them
+    /// unless it died: [`Counters::closed_settled_overwritten`] counts
+    /// those it settled after all, and the difference is what readers
+    /// took with them when they died.
+    pub closed_overwritten_taken: u64,
+    /// Of [`Counters::closed_overwritten_taken`], those their reader
+    /// settled (acknowledged or gave up) afterwards.
+    pub closed_settled_overwritten: u64,
     /// Malformed trace contexts ignored on the record path (their
     /// requests began in a new trace).
     pub bad_trace_contexts: u64,
+}
+
+/// Closed requests registered readers gave up on, by reason
+/// ([`GiveUp`](crate::GiveUp)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GivenUp {
+    /// The reader's queue was full.
+    pub queue_full: u64,
+    /// Its retries ran out.
+    pub retries_exhausted: u64,
+    /// Its receiver refused them.
+    pub refused: u64,
+}
+
+impl GivenUp {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.queue_full + self.retries_exhausted + self.refused
+    }
 }
 
 /// One histogram of a region's closed requests: an edge, and an event or a
@@ -255,6 +294,14 @@ pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
         reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
         // Relaxed: a counter, as the others.
         closed_lost: w[H_RING_LOST].load(Ordering::Relaxed),
+        closed_acknowledged: w[H_RING_ACKED].load(Ordering::Relaxed),
+        closed_given_up: GivenUp {
+            queue_full: w[H_RING_GAVE_UP_FULL].load(Ordering::Relaxed),
+            retries_exhausted: w[H_RING_GAVE_UP_RETRIES].load(Ordering::Relaxed),
+            refused: w[H_RING_GAVE_UP_REFUSED].load(Ordering::Relaxed),
+        },
+        closed_overwritten_taken: w[H_RING_OVERWRITTEN_TAKEN].load(Ordering::Relaxed),
+        closed_settled_overwritten: w[H_RING_SETTLED_OVERWRITTEN].load(Ordering::Relaxed),
         bad_trace_contexts: w[H_BAD_TRACE].load(Ordering::Relaxed),
     }
 }

@@ -316,6 +316,8 @@ pub struct ClosedRequest {
     pub(crate) trace: SlotTrace,
     pub(crate) closed_us: u64,
     pub(crate) snapshot: Snapshot,
+    /// Its claim number in the ring it was taken from.
+    pub(crate) claim: u64,
 }
 
 impl ClosedRequest {
@@ -389,6 +391,13 @@ impl ClosedRequest {
     pub fn token(&self) -> Token {
         self.token
     }
+
+    /// Its claim number in the region's ring of closed requests: what a
+    /// [`ClosedReader`](crate::ClosedReader) acknowledges it by. Claims
+    /// number the closes of a region from 0.
+    pub fn claim(&self) -> u64 {
+        self.claim
+    }
 }
 
 /// What one [`Recorder::drain_closed`](crate::Recorder::drain_closed) did.
@@ -397,9 +406,11 @@ impl ClosedRequest {
 pub struct Drained {
     /// Closed requests this call took (appended to its vector).
     pub taken: usize,
-    /// Closed requests this call found lost: overwritten before any reader
-    /// took them (the readers fell a ring behind) or torn. Also added to
-    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost).
+    /// Closed requests this call found torn (a lapped close's late stores,
+    /// or a hostile writer) and gave up: lost. Also added to
+    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost),
+    /// which also counts the requests overwritten before any reader took
+    /// them, as the closes that overwrite them happen.
     pub lost: u64,
     /// The claim number of a closed request whose close has not finished
     /// writing it, where this call stopped: the next call reads on from

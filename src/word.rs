@@ -494,15 +494,27 @@ pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
 }
 
 /// The state word of an entry of the ring of closed requests
-/// (`protocol/ring.rs`): the claim that last took the entry, and whether
-/// its closer is still writing. `(claim + 1) << 1 | writing`; 0 for an
-/// entry never taken.
+/// (`protocol/ring.rs`): the claim that last took the entry, whether its
+/// closer is still writing, and what the readers did with it.
+///
+/// Bit 0: writing. Bits 1..=56: the claim plus one (0 for an entry never
+/// taken). Bit 60: taken by a reader and not yet settled, bits 57..=59 the
+/// reader's slot in the reader table. Bit 61: done (acknowledged, given up
+/// or taken by a reader that acknowledges nothing).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RingStateWord(u64);
 
-/// Claims a ring state word can name (62 bits).
-pub(crate) const MAX_CLAIM: u64 = (1 << 62) - 2;
+/// Claims a ring state word can name (56 bits).
+pub(crate) const MAX_CLAIM: u64 = (1 << 56) - 2;
+const CLAIM_MASK: u64 = (1 << 56) - 1;
+const READER_SHIFT: u32 = 57;
+const TAKEN: u64 = 1 << 60;
+const DONE: u64 = 1 << 61;
+
+/// Readers a region's reader table holds ([`RingStateWord::taken`]'s
+/// three bits).
+pub(crate) const MAX_READERS: usize = 8;
 
 impl RingStateWord {
     /// The word as read from an atomic.
@@ -522,14 +534,26 @@ impl RingStateWord {
         RingStateWord((claim + 1) << 1 | 1)
     }
 
-    /// Claim `claim`'s entry, published.
+    /// Claim `claim`'s entry, published and not taken.
     pub(crate) const fn published(claim: u64) -> RingStateWord {
         RingStateWord((claim + 1) << 1)
     }
 
+    /// Claim `claim`'s entry, taken by the reader in slot `reader` (below
+    /// [`MAX_READERS`]) and awaiting its acknowledgment.
+    pub(crate) const fn taken(claim: u64, reader: u8) -> RingStateWord {
+        RingStateWord((claim + 1) << 1 | TAKEN | ((reader as u64 & 7) << READER_SHIFT))
+    }
+
+    /// Claim `claim`'s entry, done with: acknowledged, given up, or taken
+    /// by a reader that acknowledges nothing.
+    pub(crate) const fn done(claim: u64) -> RingStateWord {
+        RingStateWord((claim + 1) << 1 | DONE)
+    }
+
     /// The claim that last took the entry; `None` for an unused entry.
     pub(crate) const fn claim(self) -> Option<u64> {
-        match self.0 >> 1 {
+        match (self.0 >> 1) & CLAIM_MASK {
             0 => None,
             c => Some(c - 1),
         }
@@ -538,6 +562,26 @@ impl RingStateWord {
     /// Whether the entry's closer is still writing it.
     pub(crate) const fn is_writing(self) -> bool {
         self.0 & 1 != 0
+    }
+
+    /// The reader slot that took the entry and has not settled it.
+    pub(crate) const fn taken_by(self) -> Option<u8> {
+        if self.0 & TAKEN != 0 && self.0 & DONE == 0 {
+            Some((self.0 >> READER_SHIFT & 7) as u8)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the entry is done with (see [`RingStateWord::done`]).
+    pub(crate) const fn is_done(self) -> bool {
+        self.0 & DONE != 0
+    }
+
+    /// Whether the entry is published and waits for a reader: neither
+    /// being written, nor taken, nor done.
+    pub(crate) const fn is_published(self) -> bool {
+        self.claim().is_some() && self.0 & (1 | TAKEN | DONE) == 0
     }
 }
 
