@@ -234,6 +234,27 @@ pub(crate) fn random_ids(now: u64) -> [u64; 3] {
     })
 }
 
+/// splitmix64's finaliser: a bijection of 64-bit words that spreads every
+/// input bit over the output.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The span id of segment `segment` of `edge` of the request whose span id
+/// is `span` ([`ClosedRequest::segment_span_id`]).
+pub(crate) fn segment_span_id(span: u64, edge: crate::Edge, segment: u32) -> u64 {
+    let place = mix(u64::from(edge.from) << 32 | u64::from(edge.to))
+        ^ mix(u64::from(segment).wrapping_add(0x9e37_79b9_7f4a_7c15));
+    let id = mix(span ^ mix(place));
+    if id == 0 || id == span {
+        mix(id ^ 1).max(1)
+    } else {
+        id
+    }
+}
+
 /// The trace words a request's slot keeps: its context (given, or a new
 /// trace), its own span id, and its wall-clock origin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -390,6 +411,31 @@ impl ClosedRequest {
     /// The request's token (its instance in the region it closed in).
     pub fn token(&self) -> Token {
         self.token
+    }
+
+    /// The span id of the request's segment `segment` of `edge`, derived
+    /// from the request's own span id, the edge and the segment: the same
+    /// for every copy of the request a reader hands on, so that a request
+    /// sent twice (a [`ClosedReader`](crate::ClosedReader) resends what a
+    /// dead reader left unacknowledged) makes no second span in a backend
+    /// that keys spans by id. Never all zeros, never the request's own
+    /// span id.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).edge(1, 2).create_in_memory().unwrap();
+    /// rec.close(rec.begin().unwrap());
+    /// let mut closed = Vec::new();
+    /// rec.drain_closed(1, &mut closed).unwrap();
+    /// let c = &closed[0];
+    /// let id = c.segment_span_id(Edge::new(0, 1), 0);
+    /// assert_eq!(id, c.clone().segment_span_id(Edge::new(0, 1), 0));
+    /// assert_ne!(id, c.segment_span_id(Edge::new(1, 2), 0));
+    /// assert_ne!(id, c.segment_span_id(Edge::new(0, 1), 1));
+    /// assert_ne!(id, c.span_id());
+    /// ```
+    pub fn segment_span_id(&self, edge: crate::Edge, segment: u32) -> [u8; 8] {
+        segment_span_id(self.trace.span, edge, segment).to_be_bytes()
     }
 
     /// Its claim number in the region's ring of closed requests: what a

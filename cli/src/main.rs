@@ -674,6 +674,7 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
     let info = rec.info().expect("an enabled recorder");
     let schema = rec.schema().expect("an enabled recorder");
     let counters = rec.counters();
+    let ring = rec.closed_ring().unwrap_or_default();
     let open = rec
         .snapshot_open()
         .context("the region changed under this process")?;
@@ -710,7 +711,19 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
             "closed_ring": {
                 "entries": info.ring_entries,
                 "entry_bytes": info.ring_stride,
+                "closed_requests": counters.closed_requests,
                 "lost": counters.closed_lost,
+                "unread": ring.unread,
+                "unacknowledged": ring.unacknowledged,
+                "readers": ring.readers,
+                "acknowledged": counters.closed_acknowledged,
+                "given_up": {
+                    "queue_full": counters.closed_given_up.queue_full,
+                    "retries_exhausted": counters.closed_given_up.retries_exhausted,
+                    "refused": counters.closed_given_up.refused,
+                },
+                "overwritten_taken": counters.closed_overwritten_taken,
+                "settled_overwritten": counters.closed_settled_overwritten,
             },
             "bad_trace_contexts": counters.bad_trace_contexts,
             "open_requests": open.len(),
@@ -763,10 +776,19 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
     );
     outln!("dropped    {} segments", counters.dropped_segments);
     outln!(
-        "closed     ring of {} entries x {} bytes, {} lost unread",
+        "closed     ring of {} entries x {} bytes: {} unread, {} unacknowledged, {} acknowledged; \
+         lost {} unread (overwritten or torn), {} given up, {} overwritten while a reader held them \
+         and not settled (lost if it died)",
         info.ring_entries,
         info.ring_stride,
-        counters.closed_lost
+        ring.unread,
+        ring.unacknowledged,
+        counters.closed_acknowledged,
+        counters.closed_lost,
+        counters.closed_given_up.total(),
+        counters
+            .closed_overwritten_taken
+            .saturating_sub(counters.closed_settled_overwritten)
     );
     if counters.bad_trace_contexts > 0 {
         outln!(

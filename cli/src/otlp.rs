@@ -15,13 +15,26 @@
 //!
 //! Two tasks share one thread and its single-threaded runtime, apart from
 //! the `/metrics` server: the drain takes closed requests from the region's
-//! ring (a non-blocking read), turns them into spans and queues them; the
+//! ring as a registered reader ([`edgemark::ClosedReader`]), only as many as
+//! the queue has room for, turns them into spans and queues them; the
 //! sender posts batches of the queue, one at a time, and retries a failed
-//! post with exponential backoff for [`RETRY_FOR`]. The queue is bounded:
-//! spans that find it full are dropped and counted, so a collector that is
-//! down costs memory up to the bound and never blocks a close, the drain or
-//! `/metrics`. Closed requests the ring overwrote before the drain took
-//! them are counted too ([`Stats`], served under `edgemark_otlp_...`).
+//! post with exponential backoff for [`RETRY_FOR`]. A request is
+//! acknowledged to the region when the collector has accepted the post
+//! that carried it, and given up (counted by reason) when the collector
+//! refuses it or its retries run out. While the queue is full the drain
+//! takes nothing: requests wait in the ring, and the ones the ring
+//! overwrites meanwhile are counted by the closes that overwrite them. So a
+//! collector that is down costs memory up to the bound and never blocks a
+//! close, the drain or `/metrics` ([`Stats`], served under
+//! `edgemark_otlp_...`, and the region's counters).
+//!
+//! At least once: on SIGTERM or SIGINT the exporter stops taking, sends
+//! what it holds for at most [`FLUSH_DEADLINE`], then logs what is left and
+//! exits, leaving that in the ring taken in its name; the next exporter on
+//! the region adopts it and sends it, as it adopts what a killed exporter
+//! left. A segment span's id is derived from the request's span id, edge
+//! and segment ([`ClosedRequest::segment_span_id`]), so a request sent
+//! twice makes no second span where spans are keyed by id.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -35,7 +48,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use edgemark::export::Format;
 use edgemark::schema::{EventId, HOST_MONOTONIC};
 use edgemark::trace::ClosedRequest;
-use edgemark::{Recorder, Snapshot, Token};
+use edgemark::{ClosedReader, Edge, GiveUp, Recorder};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1;
@@ -70,6 +83,13 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Closed requests taken from the ring by one drain call.
 const DRAIN_MAX: usize = 256;
+/// How long the exporter goes on sending what it holds after SIGTERM or
+/// SIGINT (or the end of `--serve-for`) before it gives the rest back to
+/// the ring for the next exporter.
+pub(crate) const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
+/// How often the drain looks for requests that exporters which died (or
+/// stopped before sending them) left taken in the ring.
+const ADOPT_EVERY: Duration = Duration::from_secs(5);
 /// How long a ring entry may stay claimed and unwritten before the drain
 /// judges its closer dead and gives it up.
 const PENDING_GIVE_UP: Duration = Duration::from_secs(5);
@@ -341,8 +361,14 @@ struct Counts {
     dropped_rejected: u64,
     /// Posts that failed (each try).
     failures: u64,
-    /// Spans waiting in the queue now.
+    /// Spans waiting in the queue now, with the batch being posted.
     queued: u64,
+    /// Closed requests adopted: taken by an exporter before this one (that
+    /// died, or stopped before sending them) and sent by this one.
+    adopted: u64,
+    /// Closed requests left unsent at a stop (in the ring, for the next
+    /// exporter).
+    left_unsent: u64,
     /// Whether the last post succeeded.
     up: bool,
 }
@@ -404,13 +430,19 @@ impl Stats {
         );
         counter(
             &mut s,
+            "edgemark_otlp_adopted_requests",
+            "Closed requests an exporter before this one took and did not send, sent by this one",
+            &[("", c.adopted)],
+        );
+        counter(
+            &mut s,
             "edgemark_otlp_export_failures",
             "Posts to the collector that failed (each try)",
             &[("", c.failures)],
         );
         let _ = writeln!(
             s,
-            "# HELP edgemark_otlp_queue_spans Spans waiting to be sent\n\
+            "# HELP edgemark_otlp_queue_spans Spans waiting to be sent, with the batch being posted\n\
              # TYPE edgemark_otlp_queue_spans gauge\n\
              edgemark_otlp_queue_spans {}",
             c.queued
@@ -426,40 +458,15 @@ impl Stats {
     }
 }
 
-/// What the spans of one closed request are made of.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RequestView<'a> {
-    pub(crate) trace_id: [u8; 16],
-    pub(crate) parent_span_id: Option<[u8; 8]>,
-    pub(crate) span_id: [u8; 8],
-    pub(crate) trace_flags: u8,
-    pub(crate) origin_unix_ns: u64,
-    pub(crate) closed_unix_ns: u64,
-    pub(crate) snapshot: &'a Snapshot,
-    pub(crate) token: Token,
-}
-
-impl<'a> From<&'a ClosedRequest> for RequestView<'a> {
-    fn from(c: &'a ClosedRequest) -> Self {
-        RequestView {
-            trace_id: c.trace_id(),
-            parent_span_id: c.parent_span_id(),
-            span_id: c.span_id(),
-            trace_flags: c.trace_flags(),
-            origin_unix_ns: c.origin_unix_ns(),
-            closed_unix_ns: c.closed_unix_ns(),
-            snapshot: c.snapshot(),
-            token: c.token(),
-        }
-    }
-}
-
 /// The names spans are made with: the region's events, in schema order,
 /// and its id.
 #[derive(Debug, Clone)]
 pub(crate) struct Naming {
     events: Vec<String>,
     region: String,
+    /// The most spans one request makes: its own and one per kept edge
+    /// segment.
+    spans_per_request: usize,
 }
 
 impl Naming {
@@ -472,6 +479,8 @@ impl Naming {
             region: rec
                 .info()
                 .map_or_else(String::new, |i| format!("{:016x}", i.region_id)),
+            spans_per_request: 1 + rec.edges().len()
+                * rec.info().map_or(1, |i| i.segments as usize),
         }
     }
 }
@@ -493,40 +502,14 @@ fn double(v: f64) -> any_value::Value {
     any_value::Value::DoubleValue(v)
 }
 
-/// A random span id, never all zeros. Phoenix drops a span whose id it
-/// has seen, so no id is derived from anything that repeats.
-pub(crate) fn random_span_id() -> [u8; 8] {
-    let mut id = [0u8; 8];
-    while id == [0; 8] {
-        let mut filled = 0;
-        while filled < id.len() {
-            match rustix::rand::getrandom(&mut id[filled..], rustix::rand::GetRandomFlags::empty())
-            {
-                Ok(n) => filled += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(_) => {
-                    // No getrandom: the standard library's per-process
-                    // random keys, which differ for each new state.
-                    use std::hash::{BuildHasher, Hasher};
-                    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                    h.write_usize(filled);
-                    id = h.finish().to_le_bytes();
-                    filled = id.len();
-                }
-            }
-        }
-    }
-    id
-}
-
 /// Appends the spans of one closed request to `out`: its request span,
 /// then one span per edge segment.
-pub(crate) fn request_spans(req: &RequestView<'_>, naming: &Naming, out: &mut Vec<Span>) {
-    let origin = req.origin_unix_ns;
-    let snapshot = req.snapshot;
+pub(crate) fn request_spans(req: &ClosedRequest, naming: &Naming, out: &mut Vec<Span>) {
+    let origin = req.origin_unix_ns();
+    let snapshot = req.snapshot();
     let mut attributes = vec![
         kv("edgemark.region", s(naming.region.as_str())),
-        kv("edgemark.token", s(req.token.to_string())),
+        kv("edgemark.token", s(req.token().to_string())),
         kv("edgemark.segments", int(snapshot.segments().len() as i64)),
     ];
     if snapshot.dropped_segments() > 0 {
@@ -539,14 +522,14 @@ pub(crate) fn request_spans(req: &RequestView<'_>, naming: &Naming, out: &mut Ve
         attributes.push(kv("edgemark.corrupt", any_value::Value::BoolValue(true)));
     }
     out.push(Span {
-        trace_id: req.trace_id.to_vec(),
-        span_id: req.span_id.to_vec(),
-        parent_span_id: req.parent_span_id.map_or_else(Vec::new, |p| p.to_vec()),
-        flags: u32::from(req.trace_flags),
+        trace_id: req.trace_id().to_vec(),
+        span_id: req.span_id().to_vec(),
+        parent_span_id: req.parent_span_id().map_or_else(Vec::new, |p| p.to_vec()),
+        flags: u32::from(req.trace_flags()),
         name: REQUEST_SPAN.to_owned(),
         kind: SpanKind::Internal as i32,
         start_time_unix_nano: origin,
-        end_time_unix_nano: req.closed_unix_ns.max(origin),
+        end_time_unix_nano: req.closed_unix_ns().max(origin),
         attributes,
         ..Default::default()
     });
@@ -626,10 +609,15 @@ pub(crate) fn request_spans(req: &RequestView<'_>, naming: &Naming, out: &mut Ve
         // In time order (stable: schema order among equal times).
         events.sort_by_key(|e| e.time_unix_nano);
         out.push(Span {
-            trace_id: req.trace_id.to_vec(),
-            span_id: random_span_id().to_vec(),
-            parent_span_id: req.span_id.to_vec(),
-            flags: u32::from(req.trace_flags),
+            trace_id: req.trace_id().to_vec(),
+            span_id: req
+                .segment_span_id(
+                    Edge::new(seg.from_stage(), seg.to_stage()),
+                    seg.segment_index(),
+                )
+                .to_vec(),
+            parent_span_id: req.span_id().to_vec(),
+            flags: u32::from(req.trace_flags()),
             name: format!("edgemark {edge}"),
             kind: SpanKind::Internal as i32,
             start_time_unix_nano: first,
@@ -769,7 +757,10 @@ pub(crate) struct Exporter {
 impl Exporter {
     /// Starts exporting the closed requests of `rec` (attached from `path`;
     /// `reattach` attaches that path again when the file there changes or
-    /// the drain fails) for `run_for`, or until the process ends.
+    /// the drain fails) for `run_for`, or until SIGTERM or SIGINT, after
+    /// which it flushes for at most [`FLUSH_DEADLINE`] and ends the
+    /// process. Fails if the region keeps no ring of closed requests, or
+    /// its reader table is full.
     pub(crate) fn start(
         config: Config,
         rec: Recorder,
@@ -777,26 +768,51 @@ impl Exporter {
         reattach: impl Fn() -> Result<Recorder> + Send + 'static,
         run_for: Option<Duration>,
     ) -> Result<Exporter> {
+        let reader = rec.closed_reader().map_err(|e| {
+            anyhow!(
+                "{}: cannot export closed requests: {e}{}",
+                path.display(),
+                if matches!(e, edgemark::ReaderError::NoRing) {
+                    " (create it with --closed-entries above 0)"
+                } else {
+                    ""
+                }
+            )
+        })?;
         let stats = Arc::new(Stats::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
             .build()
             .context("cannot start the exporter's runtime")?;
+        // Made here, on the caller's thread, so that a signal that comes
+        // before the exporter's thread runs is already ours.
+        let signals = {
+            let _guard = runtime.enter();
+            use tokio::signal::unix::{SignalKind, signal};
+            let term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+            let int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+            (term, int)
+        };
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("otlp".to_owned())
             .spawn(move || {
                 let config = Arc::new(config);
                 let deadline = run_for.map(|d| Instant::now() + d);
-                runtime.block_on(run(
+                let signalled = runtime.block_on(run(
                     config,
-                    rec,
+                    Arc::new(reader),
                     path,
                     Box::new(reattach),
                     thread_stats,
                     deadline,
+                    signals,
                 ));
+                if let Some(name) = signalled {
+                    eprintln!("edgemark: export stopped by {name}");
+                    std::process::exit(0);
+                }
             })
             .context("cannot start the exporter's thread")?;
         Ok(Exporter { stats, thread })
@@ -816,46 +832,54 @@ impl Exporter {
     }
 }
 
+/// One closed request's spans, and who acknowledges it.
+struct Queued {
+    /// The reader that took it (the region it came from).
+    reader: Arc<ClosedReader>,
+    claim: u64,
+    spans: Vec<Span>,
+}
+
+impl Queued {
+    fn acknowledge(&self) {
+        self.reader.acknowledge(self.claim);
+    }
+
+    fn give_up(&self, why: GiveUp) {
+        self.reader.give_up(self.claim, why);
+    }
+}
+
 /// The queue of spans to send, whole requests at a time: a request's spans
-/// are sent in one post, or dropped together.
-#[derive(Debug, Default)]
+/// are sent in one post.
+#[derive(Default)]
 struct Queue {
-    requests: VecDeque<Vec<Span>>,
+    requests: VecDeque<Queued>,
     /// Spans in all of them.
     spans: usize,
 }
 
 impl Queue {
-    /// Queues one request's spans, dropping the oldest requests queued
-    /// while the queue would hold more than `cap` spans (a request larger
-    /// than `cap` is dropped itself); the spans dropped.
-    fn push(&mut self, request: Vec<Span>, cap: usize) -> usize {
-        if request.len() > cap {
-            return request.len();
-        }
-        let mut dropped = 0;
-        while self.spans + request.len() > cap {
-            let Some(old) = self.requests.pop_front() else {
-                break;
-            };
-            self.spans -= old.len();
-            dropped += old.len();
-        }
-        self.spans += request.len();
+    /// Queues one request's spans.
+    fn push(&mut self, request: Queued) {
+        self.spans += request.spans.len();
         self.requests.push_back(request);
-        dropped
     }
 
     /// The oldest requests, up to `batch` spans (at least one request).
-    fn take(&mut self, batch: usize) -> Vec<Span> {
-        let mut out = Vec::new();
+    fn take(&mut self, batch: usize) -> Vec<Queued> {
+        let mut out: Vec<Queued> = Vec::new();
+        let mut spans = 0;
         while let Some(next) = self.requests.front() {
-            if !out.is_empty() && out.len() + next.len() > batch {
+            if !out.is_empty() && spans + next.spans.len() > batch {
                 break;
             }
-            let next = self.requests.pop_front().unwrap_or_default();
-            self.spans -= next.len();
-            out.extend(next);
+            let Some(next) = self.requests.pop_front() else {
+                break;
+            };
+            self.spans -= next.spans.len();
+            spans += next.spans.len();
+            out.push(next);
         }
         out
     }
@@ -864,9 +888,26 @@ impl Queue {
 /// What the drain and the sender share (on one thread).
 struct Shared {
     queue: RefCell<Queue>,
-    /// Told when spans are queued, and when the exporter stops.
+    /// Spans of the batch being posted (or waiting to be retried).
+    in_flight: std::cell::Cell<usize>,
+    /// Told when spans are queued, when the queue has room again, and when
+    /// the exporter stops.
     wake: tokio::sync::Notify,
-    stopping: std::cell::Cell<bool>,
+    room: tokio::sync::Notify,
+    /// Set when the exporter stops taking: the sender sends what is queued
+    /// until then, and gives back what is left.
+    stop_by: std::cell::Cell<Option<Instant>>,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop_by.get().is_some()
+    }
+
+    fn publish(&self, stats: &Stats) {
+        let queued = (self.queue.borrow().spans + self.in_flight.get()) as u64;
+        stats.update(|c| c.queued = queued);
+    }
 }
 
 /// The device and inode of the file at `path`.
@@ -874,50 +915,108 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// Runs the exporter; the name of the signal that stopped it, if one did.
 async fn run(
     config: Arc<Config>,
-    rec: Recorder,
+    reader: Arc<ClosedReader>,
     path: PathBuf,
     reattach: Box<dyn Fn() -> Result<Recorder> + Send>,
     stats: Arc<Stats>,
     deadline: Option<Instant>,
-) {
+    (mut term, mut int): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
+) -> Option<&'static str> {
     let shared = Shared {
         queue: RefCell::new(Queue::default()),
+        in_flight: std::cell::Cell::new(0),
         wake: tokio::sync::Notify::new(),
-        stopping: std::cell::Cell::new(false),
+        room: tokio::sync::Notify::new(),
+        stop_by: std::cell::Cell::new(None),
     };
-    tokio::join!(
-        drain_loop(&config, rec, &path, reattach, &stats, &shared, deadline),
-        send_loop(&config, &stats, &shared),
-    );
+    let signalled = std::cell::Cell::new(None);
+    let watch = async {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        signalled.set(Some(name));
+        if !shared.stopping() {
+            eprintln!(
+                "edgemark: {name}: sending what is queued for at most {} s",
+                FLUSH_DEADLINE.as_secs()
+            );
+            shared.stop_by.set(Some(Instant::now() + FLUSH_DEADLINE));
+            shared.wake.notify_waiters();
+            shared.room.notify_waiters();
+        }
+        std::future::pending::<()>().await;
+    };
+    let work = async {
+        tokio::join!(
+            drain_loop(&config, reader, &path, reattach, &stats, &shared, deadline),
+            send_loop(&config, &stats, &shared),
+        );
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = watch => {}
+    }
+    // What the sender could not send by the deadline stays taken in the
+    // ring: the next exporter on the region adopts it.
+    let left: Vec<Queued> = shared.queue.borrow_mut().requests.drain(..).collect();
+    if !left.is_empty() {
+        let held = left.iter().filter(|q| q.reader.holds(q.claim)).count();
+        eprintln!(
+            "edgemark: {} closed requests not sent by the deadline: {held} left in the ring \
+             for the next exporter on it, {} already overwritten there (lost, counted in the \
+             region's closed_overwritten_taken)",
+            left.len(),
+            left.len() - held
+        );
+        stats.update(|c| c.left_unsent += left.len() as u64);
+    }
+    signalled.get()
 }
 
-/// Drains the ring into the queue until the deadline.
+/// Takes closed requests into the queue, as many as it has room for,
+/// until the deadline or a signal.
 async fn drain_loop(
     config: &Config,
-    mut rec: Recorder,
+    mut reader: Arc<ClosedReader>,
     path: &Path,
     reattach: Box<dyn Fn() -> Result<Recorder> + Send>,
     stats: &Stats,
     shared: &Shared,
     deadline: Option<Instant>,
 ) {
-    let mut naming = Naming::of(&rec);
+    let mut naming = Naming::of(reader.recorder());
     let mut id = identity(path);
     let mut checked = Instant::now();
     let mut failing: Option<String> = None;
     // The ring entry a drain found still being written, and since when.
     let mut pending: Option<(u64, Instant)> = None;
     let mut closed = Vec::with_capacity(DRAIN_MAX);
+    // Adopt at once what an exporter before this one left.
+    let mut adopted_at: Option<Instant> = None;
     loop {
-        let stop = deadline.is_some_and(|d| Instant::now() >= d);
+        if shared.stopping() {
+            return;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            shared
+                .stop_by
+                .set(Some(Instant::now() + FLUSH_DEADLINE.min(config.timeout)));
+            shared.wake.notify_waiters();
+            return;
+        }
         // Another file at the path, or a drain that failed: attach again.
         if failing.is_some() || checked.elapsed() >= Duration::from_secs(1) {
             checked = Instant::now();
             let now = identity(path);
             if failing.is_some() || (now.is_some() && now != id) {
-                match reattach() {
+                match reattach().and_then(|r| {
+                    r.closed_reader()
+                        .map_err(|e| anyhow!("cannot export closed requests: {e}"))
+                }) {
                     Ok(r) => {
                         if failing.take().is_some() || now != id {
                             eprintln!(
@@ -925,9 +1024,11 @@ async fn drain_loop(
                                 path.display()
                             );
                         }
-                        rec = r;
-                        naming = Naming::of(&rec);
+                        reader = Arc::new(r);
+                        naming = Naming::of(reader.recorder());
                         id = now;
+                        adopted_at = None;
+                        pending = None;
                     }
                     Err(e) => {
                         let why = format!("{e:#}");
@@ -941,10 +1042,34 @@ async fn drain_loop(
         }
         let mut took = 0;
         if failing.is_none() {
+            if adopted_at.is_none_or(|t| t.elapsed() >= ADOPT_EVERY) {
+                adopted_at = Some(Instant::now());
+                closed.clear();
+                let n = reader.adopt(&mut closed);
+                if n > 0 {
+                    eprintln!(
+                        "edgemark: {}: {n} closed requests that an exporter before this one \
+                         took and did not send: sending them",
+                        path.display()
+                    );
+                    stats.update(|c| c.adopted += n as u64);
+                    queue_requests(&reader, &naming, &closed, stats, shared);
+                }
+            }
             // A burst: up to a few full drains, then let the sender run.
             for _ in 0..8 {
+                // Only what the queue has room for: the rest waits in the
+                // ring (and, if the ring overwrites it, is counted lost by
+                // the close that overwrote it).
+                let room = config
+                    .queue
+                    .saturating_sub(shared.queue.borrow().spans + shared.in_flight.get());
+                let max = (room / naming.spans_per_request).min(DRAIN_MAX);
+                if max == 0 {
+                    break;
+                }
                 closed.clear();
-                match rec.drain_closed(DRAIN_MAX, &mut closed) {
+                match reader.take(max, &mut closed) {
                     Ok(d) => {
                         stats.update(|c| {
                             c.requests += d.taken as u64;
@@ -961,7 +1086,7 @@ async fn drain_loop(
                                 if since.elapsed() < PENDING_GIVE_UP {
                                     Some((held, since))
                                 } else {
-                                    if rec.skip_closed(claim) {
+                                    if reader.skip(claim) {
                                         stats.update(|c| c.lost += 1);
                                         eprintln!(
                                             "edgemark: {}: a closed request was not written \
@@ -975,17 +1100,8 @@ async fn drain_loop(
                             }
                             (Some(claim), _) => Some((claim, Instant::now())),
                         };
-                        for c in &closed {
-                            let view = RequestView::from(c);
-                            if view.trace_flags & SAMPLED == 0 {
-                                stats.update(|c| c.unsampled += 1);
-                                continue;
-                            }
-                            let mut spans = Vec::with_capacity(1 + view.snapshot.segments().len());
-                            request_spans(&view, &naming, &mut spans);
-                            enqueue(config, stats, shared, spans);
-                        }
-                        if d.taken < DRAIN_MAX {
+                        queue_requests(&reader, &naming, &closed, stats, shared);
+                        if d.taken < max {
                             break;
                         }
                     }
@@ -998,43 +1114,48 @@ async fn drain_loop(
                 }
             }
         }
-        if stop {
-            shared.stopping.set(true);
-            shared.wake.notify_one();
-            return;
-        }
         if took == 0 {
-            let sleep = match deadline {
-                Some(d) => POLL.min(d.saturating_duration_since(Instant::now())),
-                None => POLL,
-            };
-            tokio::time::sleep(sleep).await;
+            let mut sleep = POLL;
+            if let Some(d) = deadline {
+                sleep = sleep.min(d.saturating_duration_since(Instant::now()));
+            }
+            // Woken early when the sender makes room, or to stop.
+            let _ = tokio::time::timeout(sleep, shared.room.notified()).await;
         } else {
             tokio::task::yield_now().await;
         }
     }
 }
 
-/// Queues one request's spans; when the queue is full, the oldest queued
-/// requests are dropped to make room, so that what the collector gets once
-/// it is back is the newest.
-fn enqueue(config: &Config, stats: &Stats, shared: &Shared, spans: Vec<Span>) {
-    if spans.is_empty() {
-        return;
+/// Turns taken requests into queued spans; an unsampled one is
+/// acknowledged at once (there is nothing to send).
+fn queue_requests(
+    reader: &Arc<ClosedReader>,
+    naming: &Naming,
+    closed: &[ClosedRequest],
+    stats: &Stats,
+    shared: &Shared,
+) {
+    for c in closed {
+        if c.trace_flags() & SAMPLED == 0 {
+            stats.update(|c| c.unsampled += 1);
+            reader.acknowledge(c.claim());
+            continue;
+        }
+        let mut spans = Vec::with_capacity(1 + c.snapshot().segments().len());
+        request_spans(c, naming, &mut spans);
+        shared.queue.borrow_mut().push(Queued {
+            reader: Arc::clone(reader),
+            claim: c.claim(),
+            spans,
+        });
     }
-    let mut q = shared.queue.borrow_mut();
-    let dropped = q.push(spans, config.queue) as u64;
-    let queued = q.spans as u64;
-    drop(q);
-    stats.update(|c| {
-        c.dropped_queue += dropped;
-        c.queued = queued;
-    });
+    shared.publish(stats);
     shared.wake.notify_one();
 }
 
 /// Sends the queue in batches until the drain stops and the queue is
-/// sent (or given up).
+/// sent (or its deadline passed).
 async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
     let mut client = Client {
         config: Arc::clone(config),
@@ -1043,36 +1164,54 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
     // Whether the collector was last found down: said once, and once
     // when it is back.
     let mut down = false;
+    let past = |shared: &Shared| shared.stop_by.get().is_some_and(|d| Instant::now() >= d);
     loop {
         // Wait for spans.
         while shared.queue.borrow().spans == 0 {
-            if shared.stopping.get() {
+            if shared.stopping() {
                 return;
             }
             shared.wake.notified().await;
         }
         // Wait for a full batch, at most the schedule delay.
         let since = Instant::now();
-        while !shared.stopping.get() && shared.queue.borrow().spans < config.batch {
+        while !shared.stopping() && shared.queue.borrow().spans < config.batch {
             let left = config.delay.saturating_sub(since.elapsed());
             if left.is_zero() {
                 break;
             }
             let _ = tokio::time::timeout(left, shared.wake.notified()).await;
         }
-        let batch: Vec<Span> = {
-            let mut q = shared.queue.borrow_mut();
-            let b = q.take(config.batch);
-            let queued = q.spans as u64;
-            stats.update(|c| c.queued = queued);
-            b
-        };
-        let n = batch.len() as u64;
-        let body = Bytes::from(export_request(config, batch).encode_to_vec());
+        if past(shared) {
+            return;
+        }
+        let batch: Vec<Queued> = shared.queue.borrow_mut().take(config.batch);
+        let n: usize = batch.iter().map(|q| q.spans.len()).sum();
+        shared.in_flight.set(n);
+        shared.publish(stats);
+        let spans: Vec<Span> = batch.iter().flat_map(|q| q.spans.iter().cloned()).collect();
+        let body = Bytes::from(export_request(config, spans).encode_to_vec());
+        let n = n as u64;
         let started = Instant::now();
         let mut backoff = BACKOFF_FIRST;
-        loop {
-            match client.post(body.clone()).await {
+        let outcome = loop {
+            // After a signal, no post outlives the flush deadline.
+            let post = client.post(body.clone());
+            let r = match shared.stop_by.get() {
+                Some(d) => {
+                    match tokio::time::timeout(d.saturating_duration_since(Instant::now()), post)
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => {
+                            client.sender = None;
+                            break None;
+                        }
+                    }
+                }
+                None => post.await,
+            };
+            match r {
                 Ok(rejected) => {
                     let rejected = rejected.min(n);
                     stats.update(|c| {
@@ -1084,7 +1223,7 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
                         eprintln!("edgemark: OTLP export to {}: sending again", config.url);
                         down = false;
                     }
-                    break;
+                    break Some(None);
                 }
                 Err(e) => {
                     stats.update(|c| {
@@ -1101,35 +1240,58 @@ async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shared) {
                             config.url
                         );
                         stats.update(|c| c.dropped_rejected += n);
-                        break;
+                        break Some(Some(GiveUp::Refused));
                     }
                     if !down {
                         eprintln!(
                             "edgemark: OTLP export to {}: {why}; retrying with backoff \
-                             (up to {} spans are queued, the oldest dropped and counted past that)",
-                            config.url, config.queue
+                             (closed requests wait in the region's ring meanwhile)",
+                            config.url
                         );
                         down = true;
                     }
-                    if shared.stopping.get() || started.elapsed() >= RETRY_FOR {
-                        stats.update(|c| c.dropped_retries += n);
-                        break;
+                    if past(shared) {
+                        break None;
                     }
-                    // Full jitter over the second half of the wait.
-                    let jitter =
-                        u64::from_le_bytes(random_span_id()) % (backoff.as_millis() as u64 / 2 + 1);
-                    let wait = backoff / 2 + Duration::from_millis(jitter);
-                    let _ = tokio::time::timeout(wait, async {
-                        // Wake early only to stop.
-                        while !shared.stopping.get() {
-                            shared.wake.notified().await;
-                        }
-                    })
-                    .await;
+                    if started.elapsed() >= RETRY_FOR {
+                        stats.update(|c| c.dropped_retries += n);
+                        break Some(Some(GiveUp::RetriesExhausted));
+                    }
+                    // Jitter over the second half of the wait, from the
+                    // clock's low bits (not an id: any spread will do).
+                    let noise = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::from(d.subsec_nanos()));
+                    let jitter = noise % (backoff.as_millis() as u64 / 2 + 1);
+                    let mut wait = backoff / 2 + Duration::from_millis(jitter);
+                    if let Some(d) = shared.stop_by.get() {
+                        wait = wait.min(d.saturating_duration_since(Instant::now()));
+                    }
+                    tokio::time::sleep(wait).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
             }
+        };
+        shared.in_flight.set(0);
+        match outcome {
+            // The collector has them.
+            Some(None) => batch.iter().for_each(Queued::acknowledge),
+            Some(Some(why)) => batch.iter().for_each(|q| q.give_up(why)),
+            // The deadline passed with the batch unsent: back to the
+            // queue's front, for `run` to count and leave in the ring.
+            None => {
+                let mut q = shared.queue.borrow_mut();
+                for b in batch.into_iter().rev() {
+                    q.spans += b.spans.len();
+                    q.requests.push_front(b);
+                }
+                drop(q);
+                shared.publish(stats);
+                return;
+            }
         }
+        shared.publish(stats);
+        shared.room.notify_one();
     }
 }
 
@@ -1242,7 +1404,8 @@ mod tests {
             .edge(1, 2)
             .create_in_memory()
             .unwrap();
-        let t = rec.begin().unwrap();
+        let parent = edgemark::TraceContext::new([7; 16], [9; 8], 1).unwrap();
+        let t = rec.begin_traced(Some(parent)).unwrap();
         let (e01, e12) = (Edge::new(0, 1), Edge::new(1, 2));
         let at = |edge, event, ms, domain| {
             assert!(
@@ -1257,35 +1420,36 @@ mod tests {
         // Measured elsewhere.
         at(e12, Event::EdgeFirstSendComplete, 0.75, "worker");
         at(e12, Event::ConsumerFirstAccept, 6.0, HOST_MONOTONIC);
-        let snap = rec.close(t);
-        let origin = 1_800_000_000_000_000_000u64;
-        let view = RequestView {
-            trace_id: [7; 16],
-            parent_span_id: Some([9; 8]),
-            span_id: [3; 8],
-            trace_flags: 1,
-            origin_unix_ns: origin,
-            closed_unix_ns: origin + 10_000_000,
-            snapshot: &snap,
-            token: t,
-        };
+        rec.close(t);
+        let mut closed = Vec::new();
+        rec.drain_closed(1, &mut closed).unwrap();
+        let req = &closed[0];
+        let origin = req.origin_unix_ns();
+        let me = req.span_id();
         let mut spans = Vec::new();
-        request_spans(&view, &Naming::of(&rec), &mut spans);
+        request_spans(req, &Naming::of(&rec), &mut spans);
         assert_eq!(spans.len(), 3);
-        let (req, a, b) = (&spans[0], &spans[1], &spans[2]);
-        assert_eq!(req.name, REQUEST_SPAN);
-        assert_eq!(req.span_id, [3; 8]);
-        assert_eq!(req.parent_span_id, [9; 8]);
+        let (req_span, a, b) = (&spans[0], &spans[1], &spans[2]);
+        assert_eq!(req_span.name, REQUEST_SPAN);
+        assert_eq!(req_span.span_id, me);
+        assert_eq!(req_span.parent_span_id, [9; 8]);
         assert_eq!(
-            (req.start_time_unix_nano, req.end_time_unix_nano),
-            (origin, origin + 10_000_000)
+            (req_span.start_time_unix_nano, req_span.end_time_unix_nano),
+            (origin, req.closed_unix_ns())
         );
         for child in [a, b] {
             assert_eq!(child.trace_id, [7; 16]);
-            assert_eq!(child.parent_span_id, [3; 8]);
-            assert_ne!(child.span_id, [3; 8]);
+            assert_eq!(child.parent_span_id, me);
+            assert_ne!(child.span_id, me);
         }
         assert_ne!(a.span_id, b.span_id);
+        // A second copy of the request (a resend) makes the same ids.
+        let mut again = Vec::new();
+        request_spans(&req.clone(), &Naming::of(&rec), &mut again);
+        assert_eq!(
+            again.iter().map(|s| &s.span_id).collect::<Vec<_>>(),
+            spans.iter().map(|s| &s.span_id).collect::<Vec<_>>()
+        );
         assert_eq!(a.name, "edgemark 0->1");
         assert_eq!(a.start_time_unix_nano, origin + 1_000_000);
         assert_eq!(a.end_time_unix_nano, origin + 3_250_000);
@@ -1375,33 +1539,28 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_drops_its_oldest_requests_whole() {
+    fn a_batch_takes_whole_requests_and_at_least_one() {
+        let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+        let reader = Arc::new(rec.closed_reader().unwrap());
         let span = |n: u8| Span {
             name: n.to_string(),
             ..Default::default()
         };
+        let queued = |n: u8, k: usize| Queued {
+            reader: Arc::clone(&reader),
+            claim: u64::from(n),
+            spans: vec![span(n); k],
+        };
         let mut q = Queue::default();
-        assert_eq!(q.push(vec![span(1), span(1), span(1)], 5), 0);
-        assert_eq!(q.push(vec![span(2), span(2)], 5), 0);
-        // Room for the newest: the oldest request goes, all of it.
-        assert_eq!(q.push(vec![span(3), span(3)], 5), 3);
-        assert_eq!(q.spans, 4);
-        assert_eq!(q.push(vec![span(9); 6], 5), 6);
-        // A batch takes whole requests, at least one.
-        let b = q.take(3);
-        assert_eq!(
-            b.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["2", "2"]
-        );
-        assert_eq!(q.take(1).len(), 2);
+        q.push(queued(1, 3));
+        q.push(queued(2, 2));
+        q.push(queued(3, 2));
+        assert_eq!(q.spans, 7);
+        let claims = |b: &[Queued]| b.iter().map(|q| q.claim).collect::<Vec<_>>();
+        // A request larger than the batch still goes, alone.
+        assert_eq!(claims(&q.take(2)), [1]);
+        assert_eq!(claims(&q.take(4)), [2, 3]);
         assert_eq!(q.spans, 0);
         assert!(q.take(8).is_empty());
-    }
-
-    #[test]
-    fn span_ids_differ() {
-        let ids: std::collections::HashSet<[u8; 8]> = (0..1000).map(|_| random_span_id()).collect();
-        assert_eq!(ids.len(), 1000);
-        assert!(!ids.contains(&[0; 8]));
     }
 }

@@ -96,6 +96,37 @@ impl Proto<'_> {
         settled
     }
 
+    /// Whether claim `claim`'s entry is taken by reader `reader` and not
+    /// settled.
+    pub(crate) fn ring_holds(&self, claim: u64, reader: u8) -> bool {
+        let l = self.layout;
+        let entries = u64::from(l.ring_entries);
+        if entries == 0 {
+            return false;
+        }
+        let base = l.ring_entry((claim % entries) as u32);
+        // Relaxed: a report; nothing is read on the strength of it.
+        At::<RingStateWord>::new(self.w(base + R_STATE)).load(Ordering::Relaxed)
+            == RingStateWord::taken(claim, reader)
+    }
+
+    /// The reader slots that have entries taken and not settled, as a
+    /// bit set (bit `r` for slot `r`).
+    pub(crate) fn ring_takers(&self) -> u8 {
+        let l = self.layout;
+        let mut takers = 0u8;
+        for e in 0..l.ring_entries {
+            // Relaxed: a hint; `ring_adopt` loads each state again
+            // (Acquire) before it copies anything.
+            let s =
+                At::<RingStateWord>::new(self.w(l.ring_entry(e) + R_STATE)).load(Ordering::Relaxed);
+            if let Some(r) = s.taken_by() {
+                takers |= 1 << r;
+            }
+        }
+        takers
+    }
+
     /// The word of reader slot `r` (0: free).
     pub(crate) fn reader_word(&self, r: u8) -> u64 {
         // Acquire: pairs with the Release store of `release_reader` (and

@@ -222,8 +222,10 @@ impl ClosedReader {
         let Some(Live { proto, .. }) = self.rec.live() else {
             return out.len() - before;
         };
+        // Only slots with something to adopt are looked at (and held).
+        let takers = proto.ring_takers();
         for slot in READER_SLOTS {
-            if slot == self.slot {
+            if slot == self.slot || takers & 1 << slot == 0 {
                 continue;
             }
             let was = proto.reader_word(slot);
@@ -292,6 +294,15 @@ impl ClosedReader {
     /// [`Recorder::skip_closed`] does.
     pub fn skip(&self, claim: u64) -> bool {
         self.rec.skip_closed(claim)
+    }
+
+    /// Whether the request with claim `claim` is still taken in this
+    /// reader's name in the ring (not settled, not overwritten): what a
+    /// reader that stops leaves for the next one.
+    pub fn holds(&self, claim: u64) -> bool {
+        self.rec
+            .live()
+            .is_some_and(|Live { proto, .. }| proto.ring_holds(claim, self.slot))
     }
 
     /// This reader's slot in the region's reader table.
