@@ -2,7 +2,6 @@
 
 mod demo;
 mod ops;
-mod otlp;
 mod out;
 mod serve;
 mod views;
@@ -460,19 +459,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let exporter = match otlp {
                 Some(url) => {
                     let config =
-                        crate::otlp::Config::new(Some(url.as_str()), |k| std::env::var(k).ok())?;
+                        edgemark_otlp::Config::new(Some(url.as_str()), |k| std::env::var(k).ok())?;
                     let trust = Trust {
                         allow_foreign_owner: trust.allow_foreign_owner,
                     };
                     let drainer = attach_for_export(&path, trust)?;
                     let again = path.clone();
-                    let e = crate::otlp::Exporter::start(
+                    let e = edgemark_otlp::Exporter::start(
                         config.clone(),
                         drainer,
                         path.clone(),
-                        move || attach_for_export(&again, trust),
+                        Box::new(move || attach_for_export(&again, trust).map_err(Into::into)),
                         serve_for,
-                    )?;
+                        Some(Box::new(|signal| {
+                            eprintln!("edgemark: export stopped by {signal}");
+                            std::process::exit(0)
+                        })),
+                    )
+                    .with_context(|| format!("{}", path.display()))?;
                     outln!("sending closed requests as spans to {}", config.url);
                     Some(e)
                 }
@@ -493,8 +497,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 out::flush()?;
             }
-            if let Some(e) = exporter {
-                e.join()?;
+            if let Some(e) = exporter
+                && !e.join()
+            {
+                anyhow::bail!("the OTLP exporter's thread panicked");
             }
         }
         Command::Top { path, interval, .. } => {

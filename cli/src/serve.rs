@@ -20,10 +20,10 @@
 //! before and after its reads ([`export::render_with`]: two `fstat`s); a
 //! file found shrunk under its mapping is attached again once it is whole.
 
+use edgemark_otlp::follow::file_identity as identity;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future as _;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -81,12 +81,7 @@ pub(crate) struct Source {
     replaced: Mutex<u64>,
     reopen: Box<dyn Fn() -> Result<Viewer> + Send + Sync>,
     /// The OTLP exporter's counters, served after the region's.
-    otlp: Option<Arc<crate::otlp::Stats>>,
-}
-
-/// The device and inode of the file at `path`, or why there is none.
-fn identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
-    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
+    otlp: Option<Arc<edgemark_otlp::Stats>>,
 }
 
 impl Source {
@@ -107,7 +102,7 @@ impl Source {
     }
 
     /// Also serves the counters of `edgemark export --otlp`.
-    pub(crate) fn with_otlp(mut self, stats: Arc<crate::otlp::Stats>) -> Source {
+    pub(crate) fn with_otlp(mut self, stats: Arc<edgemark_otlp::Stats>) -> Source {
         self.otlp = Some(stats);
         self
     }

@@ -1,0 +1,36 @@
+//! The envelope of a post: the spans under the exporter's resource and
+//! instrumentation scope.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+use crate::Config;
+use crate::mapping::{attribute, string};
+
+/// The export request of `spans` under `config`'s resource.
+pub fn export_request(config: &Config, spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: config
+                    .resource
+                    .iter()
+                    .map(|(k, v)| attribute(k.as_str(), string(v.as_str())))
+                    .collect(),
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "edgemark".to_owned(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    ..Default::default()
+                }),
+                spans,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
