@@ -114,6 +114,7 @@ mod region;
 pub mod report;
 pub mod schema;
 pub mod snapshot;
+pub mod span_plan;
 mod sync;
 mod token;
 pub mod trace;

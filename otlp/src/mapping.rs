@@ -1,7 +1,6 @@
 //! Span mapping: a closed request becomes its request span and one span
 //! per edge segment.
 
-use edgemark::schema::{EventId, HOST_MONOTONIC};
 use edgemark::trace::ClosedRequest;
 use edgemark::{Edge, Recorder};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -11,11 +10,10 @@ use opentelemetry_proto::tonic::trace::v1::span::{Event as SpanEvent, SpanKind};
 /// The name of the span of a whole request.
 pub const REQUEST_SPAN: &str = "edgemark request";
 
-/// The names spans are made with: the region's events, in schema order,
-/// and its id.
+/// What a request's spans take from its region: the region's id (event
+/// names come with each segment), and the most spans one request makes.
 #[derive(Debug, Clone)]
 pub struct Naming {
-    events: Vec<String>,
     region: String,
     /// The most spans one request makes: its own and one per kept edge
     /// segment.
@@ -26,9 +24,6 @@ impl Naming {
     /// The names of `rec`'s region.
     pub fn of(rec: &Recorder) -> Naming {
         Naming {
-            events: rec.schema().map_or_else(Vec::new, |s| {
-                s.events().iter().map(|e| e.name().to_owned()).collect()
-            }),
             region: rec
                 .info()
                 .map_or_else(String::new, |i| format!("{:016x}", i.region_id)),
@@ -96,7 +91,6 @@ pub fn request_spans(req: &ClosedRequest, naming: &Naming, out: &mut Vec<Span>) 
     for seg in snapshot.segments() {
         let edge = seg.edge().to_string();
         let index = i64::from(seg.segment_index());
-        let mut events = Vec::new();
         let mut attributes = vec![
             attribute("edgemark.edge", string(edge.as_str())),
             attribute("edgemark.edge.from", int_value(seg.from_stage())),
@@ -106,76 +100,52 @@ pub fn request_spans(req: &ClosedRequest, naming: &Naming, out: &mut Vec<Span>) 
         if let Some(c) = seg.first_chunk_seq() {
             attributes.push(attribute("edgemark.chunk_seq", int_value(c as i64)));
         }
-        let (mut first, mut last) = (u64::MAX, 0u64);
-        let mut domains: Vec<&str> = Vec::new();
-        // The previous recorded event, for the deltas.
-        let mut previous: Option<(EventId, &str)> = None;
-        for (i, name) in naming.events.iter().enumerate() {
-            let Ok(i) = u8::try_from(i) else { break };
-            let id = EventId(i);
-            let Some(v) = seg.get(id) else { continue };
-            let domain = seg.domain(id).unwrap_or("unknown");
-            if !domains.contains(&domain) {
-                domains.push(domain);
-            }
-            let ms = v.elapsed_ms();
-            let host = domain == HOST_MONOTONIC;
-            let at = if host {
-                let t = origin.saturating_add(v.elapsed_us.saturating_mul(1000));
-                first = first.min(t);
-                last = last.max(t);
-                t
-            } else {
-                origin
-            };
-            attributes.push(attribute(format!("edgemark.{name}_ms"), double_value(ms)));
+        // The core's span plan: placement, time order, deltas.
+        let plan = seg.span_plan(origin);
+        let mut events = Vec::with_capacity(plan.events.len());
+        for e in &plan.events {
+            let name = e.name.as_str();
+            attributes.push(attribute(
+                format!("edgemark.{name}_ms"),
+                double_value(e.elapsed_ms),
+            ));
             attributes.push(attribute(
                 format!("edgemark.{name}.clock_domain"),
-                string(domain),
+                string(e.clock_domain.as_str()),
             ));
             let mut ev = vec![
                 attribute("edgemark.edge", string(edge.as_str())),
                 attribute("edgemark.segment", int_value(index)),
-                attribute("edgemark.elapsed_ms", double_value(ms)),
-                attribute("edgemark.clock_domain", string(domain)),
+                attribute("edgemark.elapsed_ms", double_value(e.elapsed_ms)),
+                attribute("edgemark.clock_domain", string(e.clock_domain.as_str())),
             ];
-            // The delta from the previous recorded event, only within one
-            // clock domain.
-            if let Some((prev, prev_name)) = previous
-                && let Some(d) = seg.elapsed_between(prev, id)
-            {
+            if let Some((prev, d)) = &e.since_previous {
                 attributes.push(attribute(
-                    format!("edgemark.{prev_name}_to_{name}_ms"),
-                    double_value(d),
+                    format!("edgemark.{prev}_to_{name}_ms"),
+                    double_value(*d),
                 ));
-                ev.push(attribute("edgemark.since_previous_ms", double_value(d)));
-                ev.push(attribute("edgemark.previous_event", string(prev_name)));
+                ev.push(attribute("edgemark.since_previous_ms", double_value(*d)));
+                ev.push(attribute("edgemark.previous_event", string(prev.as_str())));
             }
-            previous = Some((id, name.as_str()));
-            if !host {
+            if e.placed_at_origin {
                 ev.push(attribute(
                     "edgemark.placed_at_origin",
                     any_value::Value::BoolValue(true),
                 ));
             }
             events.push(SpanEvent {
-                time_unix_nano: at,
-                name: name.clone(),
+                time_unix_nano: e.at_unix_ns,
+                name: e.name.clone(),
                 attributes: ev,
                 dropped_attributes_count: 0,
             });
         }
-        if first == u64::MAX {
-            // No value on this host's clock: the span sits at the origin.
-            (first, last) = (origin, origin);
-        }
         attributes.push(attribute(
             "edgemark.clock_domain",
-            string(domains.join(",")),
+            string(plan.clock_domains.join(",")),
         ));
         attributes.push(attribute("edgemark.region", string(naming.region.as_str())));
-        // In time order (stable: schema order among equal times).
-        events.sort_by_key(|e| e.time_unix_nano);
+        let (first, last) = (plan.start_unix_ns, plan.end_unix_ns);
         out.push(Span {
             trace_id: req.trace_id().to_vec(),
             span_id: req
