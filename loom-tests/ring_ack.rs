@@ -47,7 +47,8 @@ fn account(rec: &Recorder) -> (u64, u64, u64) {
     (
         c.closed_acknowledged,
         c.closed_lost,
-        c.closed_overwritten_taken - c.closed_settled_overwritten,
+        c.closed_overwritten_taken
+            .wrapping_sub(c.closed_settled_overwritten),
     )
 }
 

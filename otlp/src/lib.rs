@@ -18,7 +18,7 @@
 //! ring as a registered reader ([`edgemark::ClosedReader`]), only as many as
 //! the queue has room for, turns them into spans and queues them; the
 //! sender posts batches of the queue, one at a time, and retries a failed
-//! post with exponential backoff for [`RETRY_FOR`](send::RETRY_FOR). A request is
+//! post with exponential backoff for [`RETRY_FOR`]. A request is
 //! acknowledged to the region when the collector has accepted the post
 //! that carried it, and given up (counted by reason) when the collector
 //! refuses it or its retries run out. While the queue is full the drain
