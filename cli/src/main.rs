@@ -460,6 +460,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Some(url) => {
                     let config =
                         edgemark_otlp::Config::new(Some(url.as_str()), |k| std::env::var(k).ok())?;
+                    for w in config.warnings() {
+                        eprintln!("edgemark: {w}");
+                    }
                     let trust = Trust {
                         allow_foreign_owner: trust.allow_foreign_owner,
                     };

@@ -412,6 +412,21 @@ fn export_refuses_what_it_cannot_send_before_serving_anything() {
     assert!(e.contains("https is not supported"), "{e}");
     let e = refused(None, &[]);
     assert!(e.contains("--otlp needs the collector's URL"), "{e}");
+    // Ports that would have sent to port 80, credentials, fragments,
+    // reserved headers: refused at start, the password never printed.
+    for port in ["99999", "abc", "0"] {
+        let e = refused(Some(&format!("http://127.0.0.1:{port}")), &[]);
+        assert!(e.contains("is not a port number"), "{port}: {e}");
+    }
+    let e = refused(Some("http://user:hunter2@127.0.0.1:4318"), &[]);
+    assert!(e.contains("credentials") && !e.contains("hunter2"), "{e}");
+    let e = refused(Some("http://127.0.0.1:4318/#frag"), &[]);
+    assert!(e.contains("fragment"), "{e}");
+    let e = refused(
+        Some("http://127.0.0.1:4318"),
+        &[("OTEL_EXPORTER_OTLP_HEADERS", "content-length=5")],
+    );
+    assert!(e.contains("the exporter's own header"), "{e}");
     // A region without a ring of closed requests has nothing to send.
     let bare = dir.path().join("bare.region");
     run(&[

@@ -103,6 +103,8 @@ pub struct Config {
     /// The resource's attributes: `service.name`, `host.name`, then the
     /// rest of `OTEL_RESOURCE_ATTRIBUTES`.
     pub(crate) resource: Vec<(String, String)>,
+    /// Settings ignored, each with why.
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The first of `names` set (and not empty) in `env`, with its name.
@@ -219,6 +221,62 @@ impl Config {
     pub fn resource(&self) -> &[(String, String)] {
         &self.resource
     }
+
+    /// Settings that were ignored (a number that does not parse: its
+    /// default is used), each with why, for the caller to show.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+}
+
+/// Headers the exporter sets itself, which the header variables cannot
+/// give.
+pub const RESERVED_HEADERS: [&str; 6] = [
+    "host",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+];
+
+/// `url` if it can be posted to as it is: it starts with `http://` (or
+/// `https://`, refused later with its own message), has no fragment and
+/// no credentials (refused without printing them), and a port, if it
+/// names one, from 1 to 65535.
+fn check_url(url: &str) -> Result<String, ConfigError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        bail!("{url}: the URL must start with http://");
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        bail!("{url}: the URL must start with http://");
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if let Some(at) = authority.rfind('@') {
+        let shown = format!("{scheme}://{}{}", &authority[at + 1..], &rest[end..]);
+        bail!(
+            "{shown}: the URL holds credentials (before an @), which this exporter does not \
+             send and never shows: give them as a header, for example \
+             OTEL_EXPORTER_OTLP_HEADERS=authorization=Basic%20<base64 of the credentials>"
+        );
+    }
+    if url.contains('#') {
+        bail!("{url}: the URL has a fragment (#...), which is never sent: remove it");
+    }
+    // The port: after the host (an IPv6 host is in brackets).
+    let host_end = if authority.starts_with('[') {
+        authority.find(']').map_or(authority.len(), |i| i + 1)
+    } else {
+        authority.find(':').unwrap_or(authority.len())
+    };
+    if let Some(port) = authority[host_end..].strip_prefix(':')
+        && !port.is_empty()
+        && !matches!(port.parse::<u32>(), Ok(1..=65535))
+    {
+        bail!("{url}: {port:?} is not a port number (1 to 65535)");
+    }
+    Ok(url.to_owned())
 }
 
 impl Config {
@@ -236,7 +294,13 @@ impl Config {
         flag: Option<&str>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let join = |base: &str| format!("{}/v1/traces", base.trim_end_matches('/'));
+        // `/v1/traces` goes after the base's path, before its query.
+        let join = |base: &str| match base.split_once('?') {
+            Some((path, query)) => {
+                format!("{}/v1/traces?{query}", path.trim_end_matches('/'))
+            }
+            None => format!("{}/v1/traces", base.trim_end_matches('/')),
+        };
         let url = match flag.map(str::trim).filter(|u| !u.is_empty()) {
             Some(base) => join(base),
             None => match first(&env, &[TRACES_ENDPOINT_VAR]) {
@@ -250,6 +314,7 @@ impl Config {
                 },
             },
         };
+        let url = check_url(&url)?;
         let uri: Uri = url.parse().with_context(|| format!("{url}: not a URL"))?;
         match uri.scheme_str() {
             Some("http") => {}
@@ -287,27 +352,56 @@ impl Config {
             for (k, v) in pairs(&var, &h)? {
                 let name = HeaderName::try_from(k.as_str())
                     .with_context(|| format!("{var}: {k:?} is not a header name"))?;
+                if RESERVED_HEADERS.contains(&name.as_str()) {
+                    bail!(
+                        "{var}: {name} is the exporter's own header (it sets {}): \
+                         it cannot be given",
+                        RESERVED_HEADERS.join(", ")
+                    );
+                }
                 let value = HeaderValue::try_from(v.as_str())
                     .with_context(|| format!("{var}: the value of {k} is not a header value"))?;
                 headers.push((name, value));
             }
         }
-        let timeout = match first(&env, &TIMEOUT_VARS) {
-            Some((var, t)) => millis(&var, &t)?,
-            None => DEFAULT_TIMEOUT,
+        // A number that does not parse is warned about and the default
+        // used, as the SDK configuration spec asks of numeric variables.
+        let mut warnings = Vec::new();
+        let mut or_default =
+            |r: Option<Result<_, ConfigError>>, default, shown: &dyn Fn() -> String| match r {
+                Some(Ok(v)) => v,
+                Some(Err(e)) => {
+                    warnings.push(format!("{e}; using the default, {}", shown()));
+                    default
+                }
+                None => default,
+            };
+        let timeout = or_default(
+            first(&env, &TIMEOUT_VARS).map(|(var, t)| millis(&var, &t)),
+            DEFAULT_TIMEOUT,
+            &|| format!("{} ms", DEFAULT_TIMEOUT.as_millis()),
+        );
+        let delay = or_default(
+            first(&env, &[DELAY_VAR]).map(|(var, t)| millis(&var, &t)),
+            DEFAULT_DELAY,
+            &|| format!("{} ms", DEFAULT_DELAY.as_millis()),
+        );
+        let mut or_default_n = |r: Option<Result<usize, ConfigError>>, default: usize| match r {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => {
+                warnings.push(format!("{e}; using the default, {default}"));
+                default
+            }
+            None => default,
         };
-        let batch = match first(&env, &[BATCH_VAR]) {
-            Some((var, n)) => count(&var, &n)?,
-            None => DEFAULT_BATCH,
-        };
-        let queue = match first(&env, &[QUEUE_VAR]) {
-            Some((var, n)) => count(&var, &n)?,
-            None => DEFAULT_QUEUE,
-        };
-        let delay = match first(&env, &[DELAY_VAR]) {
-            Some((var, t)) => millis(&var, &t)?,
-            None => DEFAULT_DELAY,
-        };
+        let batch = or_default_n(
+            first(&env, &[BATCH_VAR]).map(|(var, n)| count(&var, &n)),
+            DEFAULT_BATCH,
+        );
+        let queue = or_default_n(
+            first(&env, &[QUEUE_VAR]).map(|(var, n)| count(&var, &n)),
+            DEFAULT_QUEUE,
+        );
 
         let mut given = match first(&env, &[RESOURCE_VAR]) {
             Some((var, a)) => pairs(&var, &a)?,
@@ -341,6 +435,7 @@ impl Config {
             queue,
             delay,
             resource,
+            warnings,
         })
     }
 }

@@ -74,6 +74,7 @@ use std::time::{Duration, Instant};
 
 use edgemark::{ClosedReader, Recorder};
 
+pub mod client;
 pub mod config;
 pub mod envelope;
 pub mod follow;
@@ -81,7 +82,6 @@ pub mod mapping;
 pub mod queue;
 pub mod stats;
 
-mod client;
 mod drain;
 mod send;
 

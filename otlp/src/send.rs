@@ -19,8 +19,11 @@ pub const RETRY_FOR: Duration = Duration::from_secs(30);
 /// The first wait before a retry; each next one doubles, up to
 /// [`BACKOFF_MAX`].
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-/// The longest wait between two tries.
+/// The longest wait between two tries (unless the collector asks for a
+/// longer one with `Retry-After`).
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Partial successes are logged at most this often.
+const PARTIAL_EVERY: Duration = Duration::from_secs(60);
 
 /// Sends the queue in batches until the drain stops and the queue is
 /// sent (or its deadline passed).
@@ -32,6 +35,8 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
     // Whether the collector was last found down: said once, and once
     // when it is back.
     let mut down = false;
+    // When a partial success was last logged.
+    let mut said_partial: Option<Instant> = None;
     let past = |shared: &Shared| shared.stop_by.get().is_some_and(|d| Instant::now() >= d);
     loop {
         // Wait for spans.
@@ -80,8 +85,24 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                 None => post.await,
             };
             match r {
-                Ok(rejected) => {
+                Ok((rejected, message)) => {
                     let rejected = rejected.min(n);
+                    // A partial success's message, at most once a minute.
+                    if (rejected > 0 || !message.is_empty())
+                        && said_partial.is_none_or(|t: Instant| t.elapsed() >= PARTIAL_EVERY)
+                    {
+                        said_partial = Some(Instant::now());
+                        eprintln!(
+                            "edgemark: OTLP export to {}: partial success, {rejected} spans \
+                             rejected: {}",
+                            config.url,
+                            if message.is_empty() {
+                                "(no message)"
+                            } else {
+                                message.as_str()
+                            }
+                        );
+                    }
                     stats.update(|c| {
                         c.up = true;
                         c.exported += n - rejected;
@@ -98,9 +119,9 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                         c.up = false;
                         c.failures += 1;
                     });
-                    let (why, retry) = match e {
-                        PostError::Retry(w) => (w, true),
-                        PostError::Refused(w) => (w, false),
+                    let (why, retry, asked) = match e {
+                        PostError::Retry(w, after) => (w, true, after),
+                        PostError::Refused(w) => (w, false, None),
                     };
                     if !retry {
                         eprintln!(
@@ -132,6 +153,10 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                         .map_or(0, |d| u64::from(d.subsec_nanos()));
                     let jitter = noise % (backoff.as_millis() as u64 / 2 + 1);
                     let mut wait = backoff / 2 + Duration::from_millis(jitter);
+                    // The wait the collector asked for (capped), if longer.
+                    if let Some(asked) = asked {
+                        wait = wait.max(asked);
+                    }
                     if let Some(d) = shared.stop_by.get() {
                         wait = wait.min(d.saturating_duration_since(Instant::now()));
                     }

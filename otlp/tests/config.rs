@@ -101,7 +101,6 @@ fn what_is_refused_is_said() {
         )
         .contains("gzip")
     );
-    assert!(err(Some("http://x"), &[("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")]).contains("soon"));
     assert!(
         err(
             Some("http://x"),
@@ -109,4 +108,66 @@ fn what_is_refused_is_said() {
         )
         .contains("key=value")
     );
+}
+
+#[test]
+fn urls_that_would_go_wrong_are_refused_and_credentials_never_shown() {
+    let err = |url: &str| Config::new(Some(url), |_| None).unwrap_err().to_string();
+    for bad in ["99999", "abc", "0", "65536"] {
+        let e = err(&format!("http://127.0.0.1:{bad}"));
+        assert!(e.contains("is not a port number"), "{bad}: {e}");
+    }
+    let e = err("http://user:secret@collector:4318");
+    assert!(e.contains("credentials"), "{e}");
+    assert!(!e.contains("secret") && !e.contains("user:"), "{e}");
+    assert!(e.contains("http://collector:4318"), "{e}");
+    assert!(err("http://collector:4318/#frag").contains("fragment"));
+    assert!(err("collector:4318").contains("must start with http://"));
+    assert!(err("127.0.0.1:4318").contains("must start with http://"));
+    // A query stays, after the path.
+    let c = Config::new(Some("http://c:1/base?tenant=a"), |_| None).unwrap();
+    assert_eq!(c.url, "http://c:1/base/v1/traces?tenant=a");
+    assert_eq!(c.target(), "/base/v1/traces?tenant=a");
+    // A port in range, and none (80).
+    assert_eq!(
+        Config::new(Some("http://c:65535"), |_| None)
+            .unwrap()
+            .authority(),
+        "c:65535"
+    );
+    assert_eq!(
+        Config::new(Some("http://c"), |_| None).unwrap().authority(),
+        "c:80"
+    );
+}
+
+#[test]
+fn the_exporters_own_headers_cannot_be_given() {
+    for name in [
+        "content-length",
+        "Host",
+        "content-type",
+        "transfer-encoding",
+    ] {
+        let vars = [("OTEL_EXPORTER_OTLP_HEADERS", format!("{name}=5"))];
+        let e = Config::new(Some("http://c:1"), |k| {
+            vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("the exporter's own header"), "{name}: {e}");
+    }
+}
+
+#[test]
+fn a_number_that_does_not_parse_is_a_warning_and_the_default() {
+    let vars = [
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-3"),
+    ];
+    let c = Config::new(Some("http://c:1"), env(&vars)).unwrap();
+    assert_eq!(c.timeout(), edgemark_otlp::config::DEFAULT_TIMEOUT);
+    assert_eq!(c.queue(), edgemark_otlp::config::DEFAULT_QUEUE);
+    assert_eq!(c.warnings().len(), 2, "{:?}", c.warnings());
+    assert!(c.warnings()[0].contains("OTEL_EXPORTER_OTLP_TIMEOUT=soon"));
 }
