@@ -113,6 +113,8 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 pub const MAX_SEGMENTS: u32 = 64;
 /// Most entries the ring of closed requests can have.
 pub const MAX_CLOSED_ENTRIES: u32 = 1 << 20;
+/// What [`GeometryError::OutOfRange`] names for the ring's entry count.
+const RING_ENTRIES: &str = "the closed-request ring's entry count";
 /// Largest region this build creates or attaches, in bytes.
 pub(crate) const MAX_REGION_BYTES: u64 = 1 << 34;
 
@@ -311,7 +313,13 @@ impl std::fmt::Display for GeometryError {
         match self {
             GeometryError::Oversized { what, value } => write!(f, "{what} is {value}"),
             GeometryError::OutOfRange { what, value, max } => {
-                write!(f, "{what} is {value}; it must be between 1 and {max}")
+                // A ring of 0 entries is a region without one.
+                let min = if *what == RING_ENTRIES {
+                    "0 (no ring)"
+                } else {
+                    "1"
+                };
+                write!(f, "{what} is {value}; it must be between {min} and {max}")
             }
             GeometryError::TooLarge { bytes, max } => {
                 write!(
@@ -376,7 +384,7 @@ impl Layout {
         }
         if ring_entries > MAX_CLOSED_ENTRIES {
             return Err(GeometryError::OutOfRange {
-                what: "the closed-request ring's entry count",
+                what: RING_ENTRIES,
                 value: ring_entries.into(),
                 max: MAX_CLOSED_ENTRIES.into(),
             });

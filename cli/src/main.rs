@@ -83,7 +83,7 @@ enum Command {
         segments: u32,
         /// Entries of the ring of closed requests that `edgemark export
         /// --otlp` drains (0: none). Default: the slot count, at most 4096.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         closed_entries: Option<u32>,
         /// An extra clock domain for values measured elsewhere (repeatable).
         #[arg(long = "domain")]

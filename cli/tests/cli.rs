@@ -812,6 +812,10 @@ fn a_negative_count_is_refused_as_negative() {
             "--segments",
         ),
         (vec!["demo", "--requests", "-5"], "--requests"),
+        (
+            vec!["create", p, "--edge", "0:1", "--closed-entries", "-1"],
+            "--closed-entries",
+        ),
     ] {
         let o = edgemark(&args);
         assert!(!o.status.success(), "{args:?}");
@@ -823,6 +827,19 @@ fn a_negative_count_is_refused_as_negative() {
         );
         assert!(!err.contains("-- -"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn closed_entries_out_of_range_says_that_0_means_no_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let p = p.to_str().unwrap();
+    let o = edgemark(&["create", p, "--edge", "0:1", "--closed-entries", "2000000"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("between 0 (no ring) and 1048576"), "{err}");
+    let o = edgemark(&["create", p, "--edge", "0:1", "--closed-entries", "0"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
