@@ -1335,3 +1335,32 @@ fn a_request_sent_twice_is_one_span_each_in_phoenix() {
     signal(&second, Signal::TERM);
     assert!(wait_exit(&mut second).success());
 }
+
+/// `OTEL_EXPORTER_OTLP_COMPRESSION=gzip`: rotel takes the gzip bodies.
+#[test]
+fn gzip_bodies_reach_rotel() {
+    let Some(bin) = rotel() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let region = region(dir.path());
+    let port = free_port("127.0.0.1");
+    let rotel = start_rotel(&bin, dir.path(), port, 0);
+    let (mut exporter, metrics) = start_exporter(
+        &region,
+        &format!("http://127.0.0.1:{port}"),
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let rec = Recorder::attach(&region).unwrap();
+    let (tp, trace, _) = fresh_traceparent();
+    one_request(&rec, &tp);
+    wait_for("the gzip-sent trace in rotel", || {
+        rotel.log().contains(&trace).then_some(())
+    });
+    assert_eq!(metric(metrics, "edgemark_otlp_export_failures_total"), 0.0);
+    assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 2.0);
+    signal(&exporter, rustix::process::Signal::TERM);
+    assert!(wait_exit(&mut exporter).success());
+}

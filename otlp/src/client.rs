@@ -9,7 +9,7 @@ use http_body_util::{LengthLimitError, Limited};
 use hyper::Request;
 use hyper::body::Bytes;
 use hyper::client::conn::http1;
-use hyper::header::{CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER, USER_AGENT};
 use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message as _;
@@ -133,6 +133,10 @@ impl Client {
             .header(USER_AGENT, USER_AGENT_VALUE)
             .body(Full::new(body))
             .map_err(|e| PostError::Refused(format!("cannot make the request: {e}")))?;
+        if self.config.gzip {
+            req.headers_mut()
+                .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
         for (k, v) in &self.config.headers {
             req.headers_mut().append(k.clone(), v.clone());
         }

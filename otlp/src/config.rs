@@ -39,7 +39,7 @@ pub const PROTOCOL_VARS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
 ];
-/// The compression variables; only `none` is sent.
+/// The compression variables: `gzip` or `none` (the default).
 pub const COMPRESSION_VARS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
     "OTEL_EXPORTER_OTLP_COMPRESSION",
@@ -105,6 +105,8 @@ pub struct Config {
     pub(crate) resource: Vec<(String, String)>,
     /// Settings ignored, each with why.
     pub(crate) warnings: Vec<String>,
+    /// Whether bodies are sent gzip-compressed.
+    pub(crate) gzip: bool,
 }
 
 /// The first of `names` set (and not empty) in `env`, with its name.
@@ -220,6 +222,12 @@ impl Config {
     /// rest of `OTEL_RESOURCE_ATTRIBUTES`.
     pub fn resource(&self) -> &[(String, String)] {
         &self.resource
+    }
+
+    /// Whether bodies are sent gzip-compressed
+    /// (`OTEL_EXPORTER_OTLP_COMPRESSION=gzip`).
+    pub fn gzip(&self) -> bool {
+        self.gzip
     }
 
     /// Settings that were ignored (a number that does not parse: its
@@ -342,11 +350,12 @@ impl Config {
                  (http/protobuf): point it at the collector's HTTP port (4318 by default)"
             );
         }
-        if let Some((var, c)) = first(&env, &COMPRESSION_VARS)
-            && c != "none"
-        {
-            bail!("{var}={c}: this exporter sends uncompressed bodies only (none)");
-        }
+        let gzip = match first(&env, &COMPRESSION_VARS) {
+            None => false,
+            Some((_, c)) if c == "none" => false,
+            Some((_, c)) if c == "gzip" => true,
+            Some((var, c)) => bail!("{var}={c}: the compression is gzip or none"),
+        };
         let mut headers = Vec::new();
         if let Some((var, h)) = first(&env, &HEADERS_VARS) {
             for (k, v) in pairs(&var, &h)? {
@@ -436,6 +445,7 @@ impl Config {
             delay,
             resource,
             warnings,
+            gzip,
         })
     }
 }

@@ -34,3 +34,21 @@ pub fn export_request(config: &Config, spans: Vec<Span>) -> ExportTraceServiceRe
         }],
     }
 }
+
+/// The body of a post of `spans`: the export request's protobuf encoding,
+/// gzip-compressed if `config` says so.
+pub fn body(config: &Config, spans: Vec<Span>) -> Vec<u8> {
+    use prost::Message as _;
+    let raw = export_request(config, spans).encode_to_vec();
+    if !config.gzip {
+        return raw;
+    }
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 4),
+        flate2::Compression::fast(),
+    );
+    // Writing into a Vec does not fail.
+    let _ = gz.write_all(&raw);
+    gz.finish().unwrap_or(raw)
+}

@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 use edgemark::GiveUp;
 use hyper::body::Bytes;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message as _;
 
 use crate::client::{Client, PostError};
-use crate::envelope::export_request;
+use crate::envelope::body;
 use crate::queue::Queued;
 use crate::{Config, Shared, Stats};
 
@@ -63,7 +62,7 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
         shared.in_flight.set(n);
         shared.publish(stats);
         let spans: Vec<Span> = batch.iter().flat_map(|q| q.spans.iter().cloned()).collect();
-        let body = Bytes::from(export_request(config, spans).encode_to_vec());
+        let body = Bytes::from(body(config, spans));
         let n = n as u64;
         let started = Instant::now();
         let mut backoff = BACKOFF_FIRST;

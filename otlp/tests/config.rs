@@ -97,10 +97,16 @@ fn what_is_refused_is_said() {
     assert!(
         err(
             Some("http://x"),
-            &[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")]
+            &[("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")]
         )
-        .contains("gzip")
+        .contains("the compression is gzip or none")
     );
+    let gz = Config::new(
+        Some("http://x"),
+        env(&[("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")]),
+    )
+    .unwrap();
+    assert!(gz.gzip());
     assert!(
         err(
             Some("http://x"),

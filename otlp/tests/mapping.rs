@@ -139,3 +139,28 @@ fn a_request_becomes_a_request_span_and_one_span_per_edge_segment() {
     let back = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
     assert_eq!(back.resource_spans[0].scope_spans[0].spans, spans);
 }
+
+#[test]
+fn a_gzip_body_decompresses_to_the_export_request() {
+    use std::io::Read as _;
+    let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    rec.close(rec.begin().unwrap());
+    let mut closed = Vec::new();
+    rec.drain_closed(1, &mut closed).unwrap();
+    let mut spans = Vec::new();
+    request_spans(&closed[0], &Naming::of(&rec), &mut spans);
+    let plain = Config::new(Some("http://x:1"), |_| None).unwrap();
+    let gz = Config::new(Some("http://x:1"), |k| {
+        (k == "OTEL_EXPORTER_OTLP_COMPRESSION").then(|| "gzip".to_owned())
+    })
+    .unwrap();
+    let raw = edgemark_otlp::envelope::body(&plain, spans.clone());
+    let packed = edgemark_otlp::envelope::body(&gz, spans);
+    assert_eq!(&packed[..2], &[0x1f, 0x8b], "a gzip member");
+    let mut back = Vec::new();
+    flate2::read::GzDecoder::new(packed.as_slice())
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back, raw);
+    assert!(ExportTraceServiceRequest::decode(back.as_slice()).is_ok());
+}
