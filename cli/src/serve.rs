@@ -185,11 +185,38 @@ impl Source {
         // First: it counts a replacement it finds.
         let rec = self.current();
         let replaced = *self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-        let served = [ServerCounter::new(
-            "edgemark_region_replaced",
-            "Times the exporter found another file at its region's path and attached it",
-            replaced,
-        )];
+        // The ring of closed requests as the region counts it, with or
+        // without a reader.
+        let c = rec.as_ref().map(|r| r.counters()).unwrap_or_default();
+        let served = [
+            ServerCounter::new(
+                "edgemark_closed_lost",
+                "Closed requests the ring overwrote (or found torn) before any reader took them",
+                c.closed_lost,
+            ),
+            ServerCounter::new(
+                "edgemark_closed_acknowledged",
+                "Closed requests a registered reader acknowledged (its receiver has them)",
+                c.closed_acknowledged,
+            ),
+            ServerCounter::new(
+                "edgemark_closed_given_up",
+                "Closed requests a registered reader took and gave up on (queue full, retries, refused)",
+                c.closed_given_up.total(),
+            ),
+            ServerCounter::new(
+                "edgemark_closed_overwritten_unsettled",
+                "Closed requests the ring overwrote while a reader held them unacknowledged, \
+                 not settled since (lost if that reader died)",
+                c.closed_overwritten_taken
+                    .saturating_sub(c.closed_settled_overwritten),
+            ),
+            ServerCounter::new(
+                "edgemark_region_replaced",
+                "Times the exporter found another file at its region's path and attached it",
+                replaced,
+            ),
+        ];
         let mut body = String::new();
         let read = export::render_with(rec.as_ref(), &served, format, &mut body);
         if matches!(read, Err(SweepError::Shrunk))
