@@ -10,7 +10,8 @@ use std::collections::HashSet;
 
 use edgemark::{ClosedReader, Recorder, RequestState};
 
-use super::{Took, assert_only, assert_seen, emit, explore, ring_region, spawn, view};
+use super::ring::{Took, ring_region};
+use super::{assert_only, assert_seen, emit, explore, spawn, view};
 
 /// What a reader took: `(slot, producer µs)` per request.
 fn took(reader: &ClosedReader, max: usize) -> Vec<(u64, Took)> {

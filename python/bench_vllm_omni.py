@@ -1,15 +1,24 @@
-"""What the vLLM-Omni plugin adds per chunk, with the plugin off and on in
-one process, in one run, alternating.
+"""What the vLLM-Omni plugin adds per chunk, on each of vLLM-Omni's two
+stage transports, with the plugin off and on in one process, in one run,
+alternating.
 
     pip install "./python[vllm-omni]" && python python/bench_vllm_omni.py [--repeats 200] [--n 100]
 
 One round is one chunk's trip through vLLM-Omni's own transport code, with
-the calls the plugin wraps: the producer's ``send_chunk`` (payload hook,
-``_enqueue_chunk_payload``), its send thread's ``_send_single_request``
-(``connector.put``), and the consumer's ``_poll_single_request``
-(``connector.get``, admission), then the scheduler's hand-off of the
-consumer's staged payload (cleared, as the model step would consume it).
-The calls run on the bench's thread, not on the transport's background
+the calls the plugin wraps:
+
+- ``adapter`` (the async-chunk transfer adapter, the default under
+  ``async_chunk: true``): the scheduler's ``save_async``, the save thread's
+  ``_send_single_request`` (the stage's processor, ``connector.put``), the
+  receive thread's ``_poll_single_request`` (``connector.get``,
+  ``_commit_received_chunk``);
+- ``mixin`` (the model runner's connector mixin): the producer's
+  ``send_chunk`` (payload hook, ``_enqueue_chunk_payload``), its send
+  thread's ``_send_single_request``, and the consumer's
+  ``_poll_single_request``, then the scheduler's hand-off of the consumer's
+  staged payload (cleared, as the model step would consume it).
+
+The calls run on the bench's thread, not on the transports' background
 threads, so that a round is timed whole; the connector is an in-memory
 dict, as in vLLM-Omni's own unit tests, so that its cost does not drown the
 difference (SharedMemoryConnector's put and get cost tens of microseconds).
@@ -18,7 +27,7 @@ Every round is timed on its own and the figures are medians of rounds, so
 that a round the machine preempted does not move them; the modes alternate
 block by block, so that drift hits both alike.
 
-Both modes run the same rounds of one open request whose four events were
+Both modes run the same rounds of one open request whose events were
 recorded by its first chunk: the steady state of a stream. The first chunk
 of a request in a stage process also reads the request's token from the
 lookup (one small file): that read is measured on its own.
@@ -27,6 +36,7 @@ lookup (one small file): that read is measured on its own.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -38,14 +48,26 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 
+def _plain(value):
+    fields = getattr(value, "__struct_fields__", None)
+    if fields is not None:
+        return {f: _plain(getattr(value, f)) for f in fields if getattr(value, f) is not None}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 class DictConnector:
     """An in-memory connector with the put/get contract of vLLM-Omni's."""
 
-    def __init__(self) -> None:
+    def __init__(self, stage_id: int = 0) -> None:
         self.store = {}
+        self.stage_id = stage_id
 
     def put(self, from_stage, to_stage, put_key, data):
-        self.store[put_key] = data
+        # The wire turns vLLM-Omni's payload structs into dicts (its msgpack
+        # decoder is type-erased): so does this connector.
+        self.store[put_key] = _plain(data)
         return True, 1, None
 
     def get(self, from_stage, to_stage, get_key, metadata=None):
@@ -53,6 +75,9 @@ class DictConnector:
         return None if data is None else (data, 1)
 
     def close(self):
+        pass
+
+    def reap_consumed(self):
         pass
 
 
@@ -88,8 +113,94 @@ def runners():
     return producer, consumer
 
 
+def adapters():
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    from vllm_omni.data_entry_keys import OmniPayloadStruct
+    from vllm_omni.distributed.omni_connectors.transfer_adapter.chunk_transfer_adapter import (
+        OmniChunkTransferAdapter,
+    )
+    from vllm_omni.engine import OmniEngineCoreRequest
+
+    def processor(transfer_manager, multimodal_output, request, is_finished, **_):
+        payload = OmniPayloadStruct()
+        payload.embed = {"hidden": multimodal_output["hidden"]}
+        return payload
+
+    def make(stage):
+        model_config = SimpleNamespace(
+            stage_connector_config={"name": "SharedMemoryConnector", "extra": {}},
+            stage_id=stage,
+            worker_type="ar",
+            async_chunk=True,
+            max_model_len=4096,
+            custom_process_next_stage_input_func=None,
+        )
+        a = OmniChunkTransferAdapter(
+            SimpleNamespace(model_config=model_config, scheduler_config=SimpleNamespace(max_num_seqs=8))
+        )
+        # The bench drives every call itself: no background thread.
+        a.shutdown()
+        a.custom_process_next_stage_input_func = processor
+        return a
+
+    producer, consumer = make(0), make(1)
+    connector = DictConnector()
+    producer.connector, consumer.connector = connector, DictConnector(1)
+    consumer.connector.store = connector.store
+
+    def request(rid):
+        core = OmniEngineCoreRequest(
+            request_id=rid,
+            prompt_token_ids=[1, 2, 3],
+            mm_features=None,
+            sampling_params=SamplingParams(max_tokens=8),
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=None,
+        )
+        r = Request.from_engine_core_request(core, block_hasher=None)
+        r.external_req_id = rid
+        return r
+
+    return producer, consumer, request, {"hidden": torch.ones(2, 4)}, {}
+
+
+_steps = itertools.count(1)
+
+
+def adapter_rounds(parts, rid: str, n: int) -> list:
+    """The nanoseconds of each of ``n`` rounds through the adapters."""
+    from vllm_omni.distributed.omni_connectors.transfer_adapter.chunk_transfer_adapter import _LoadEntry
+
+    producer, consumer, make_request, output, _ = parts
+    request = parts[4].setdefault(rid, make_request(rid))
+    pending = producer._pending_save_reqs
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(n):
+        # Each step commits one more token: the adapter takes it as new.
+        request.num_computed_tokens = next(_steps)
+        entry = _LoadEntry(request)
+        consumer._registered_load_entries[rid] = entry
+        t0 = clock()
+        producer.save_async(output, request, False, new_token_ids=[7])
+        producer._send_single_request(pending.popleft())
+        ok = consumer._poll_single_request(entry)
+        out.append(clock() - t0)
+        assert ok is True
+        # The scheduler takes the admitted chunk (not timed).
+        consumer._finished_load_reqs.discard(rid)
+        consumer._pending_ar_prompt_updates.pop(rid, None)
+    return out
+
+
 def rounds(producer, consumer, rid: str, n: int) -> list:
-    """The nanoseconds of each of ``n`` rounds."""
+    """The nanoseconds of each of ``n`` rounds through the mixin."""
     request = SimpleNamespace(request_id=rid, external_req_id=rid)
     handle = SimpleNamespace(request_id=rid, external_req_id=rid, payload_sender_info=None)
     consumer._request_ids_mapping[rid] = rid
@@ -112,6 +223,24 @@ def rounds(producer, consumer, rid: str, n: int) -> list:
     return out
 
 
+def measure(name: str, run, repeats: int, n: int) -> tuple:
+    """Alternated blocks of ``run`` with the plugin off and on."""
+    from edgemark import vllm_omni
+
+    off, on = [], []
+    for i in range(repeats):
+        # Alternate which mode goes first, so that drift hits both alike.
+        for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+            if mode == "on":
+                vllm_omni.instrument()
+                on.extend(run())
+            else:
+                vllm_omni.uninstrument()
+                off.extend(run())
+    vllm_omni.uninstrument()
+    return off, on
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=200, help="alternated off/on blocks")
@@ -120,50 +249,54 @@ def main() -> None:
 
     os.environ.setdefault("EDGEMARK_VLLM_OMNI_REGION", os.path.join(tempfile.mkdtemp(), "bench.region"))
     from edgemark import vllm_omni
+    from edgemark.vllm_omni import _channel
 
-    producer, consumer = runners()
-    rid = "bench-request"
-    owner = vllm_omni._get_owner(2, 16)
+    vllm_omni.instrument() or sys.exit("the plugin did not instrument this vllm-omni")
+    rec = vllm_omni.instrumentor.recording
+    owner = rec.ensure_owner(2, 16)
     if owner is None:
         sys.exit("no region")
-    owner.begin(rid)
-    off, on = [], []  # every round's time, per mode
-    # Warm-up in both modes; the first instrumented chunk records the events.
-    rounds(producer, consumer, rid, args.n)
-    vllm_omni.instrument() or sys.exit("the plugin did not instrument this vllm-omni")
-    rounds(producer, consumer, rid, args.n)
-    snap = owner.region.snapshot(owner.tokens[rid])["0->1:0"]
-    assert snap["producer_first_nonempty_emit_ms"] is not None and snap["consumer_first_accept_ms"] is not None
-    for i in range(args.repeats):
-        # Alternate which mode goes first, so that drift hits both alike.
-        for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
-            if mode == "on":
-                vllm_omni.instrument()
-                on.extend(rounds(producer, consumer, rid, args.n))
-            else:
-                vllm_omni.uninstrument()
-                off.extend(rounds(producer, consumer, rid, args.n))
-    vllm_omni.uninstrument()
+    rid_a, rid_m = "bench-adapter", "bench-mixin"
+    rec.begin(rid_a)
+    rec.begin(rid_m)
+    producer, consumer = runners()
+    parts = adapters()
+    # Warm-up with the plugin on: the first chunk records the events.
+    adapter_rounds(parts, rid_a, args.n)
+    rounds(producer, consumer, rid_m, args.n)
+    for rid in (rid_a, rid_m):
+        snap = owner.region.snapshot(owner.tokens[rid])["0->1:0"]
+        assert snap["producer_first_nonempty_emit_ms"] is not None, rid
+        assert snap["edge_first_send_complete_ms"] is not None, rid
+        assert snap["consumer_first_accept_ms"] is not None, rid
+    results = {
+        "adapter": measure("adapter", lambda: adapter_rounds(parts, rid_a, args.n), args.repeats, args.n),
+        "mixin": measure("mixin", lambda: rounds(producer, consumer, rid_m, args.n), args.repeats, args.n),
+    }
 
-    # The first chunk of a request in a stage process: one lookup read.
-    directory = owner.dir
+    # The first chunk of a request in a stage process: the lookup opened and
+    # one entry read.
+    writer = _channel.Writer(_channel.lookup_dir(owner.path))
+    writer.publish(rid_a, owner.tokens[rid_a])
     reads = []
     for _ in range(max(args.repeats, 3)):
         t0 = time.perf_counter()
         for _ in range(200):
-            vllm_omni._read_entry(directory, rid)
+            reader = _channel.Reader(writer.path)
+            reader.read(rid_a)
+            reader.close()
         reads.append((time.perf_counter() - t0) / 200)
+    writer.remove()
 
     us = lambda xs: statistics.median(xs) / 1000  # noqa: E731
     q = lambda xs, p: sorted(xs)[int(p * (len(xs) - 1))] / 1000  # noqa: E731
-    print(
-        f"rounds of send_chunk + _send_single_request + _poll_single_request,"
-        f" {args.repeats} alternated blocks of {args.n} per mode, every round timed"
-    )
-    print(f"  plugin off              {us(off):8.2f} us per chunk (median; p90 {q(off, 0.9):.2f})")
-    print(f"  plugin on               {us(on):8.2f} us per chunk (median; p90 {q(on, 0.9):.2f})")
-    print(f"  added by the plugin     {us(on) - us(off):8.2f} us per chunk (difference of the medians)")
-    print(f"  token lookup read       {statistics.median(reads) * 1e6:8.2f} us, once per request and stage process")
+    print(f"one chunk per round, {args.repeats} alternated blocks of {args.n} per mode, every round timed")
+    for name, (off, on) in results.items():
+        print(f"{name}:")
+        print(f"  plugin off              {us(off):8.2f} us per chunk (median; p90 {q(off, 0.9):.2f})")
+        print(f"  plugin on               {us(on):8.2f} us per chunk (median; p90 {q(on, 0.9):.2f})")
+        print(f"  added by the plugin     {us(on) - us(off):8.2f} us per chunk (difference of the medians)")
+    print(f"token lookup (open + read) {statistics.median(reads) * 1e6:7.2f} us, once per request and stage process")
 
 
 if __name__ == "__main__":

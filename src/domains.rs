@@ -40,13 +40,7 @@
 use crate::layout::{DOMAIN_ENTRY_WORDS as ENTRY_WORDS, H_DOMAIN_TABLE};
 use crate::schema::{DomainId, MAX_DOMAINS, valid_name};
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{NAME_WORDS, pack_name, unpack_name};
-
-const KIND_SHIFT: u32 = 62;
-const HASH_MASK: u64 = (1 << KIND_SHIFT) - 1;
-const EMPTY: u64 = 0;
-const CLAIMED: u64 = 1;
-const READY: u64 = 2;
+use crate::word::{DomainState, DomainWord, NAME_WORDS, pack_name, unpack_name};
 
 /// How often one entry's state may change under a registrant before it gives
 /// the entry up: a bound, so that a process flipping a state word cannot keep
@@ -60,11 +54,7 @@ fn hash(name: &str) -> u64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h & HASH_MASK
-}
-
-const fn state(kind: u64, hash: u64) -> u64 {
-    kind << KIND_SHIFT | hash
+    h & DomainWord::HASH_MASK
 }
 
 fn entry(words: &[AtomicU64], i: usize) -> &[AtomicU64] {
@@ -90,7 +80,7 @@ pub(crate) fn write_declared(words: &[AtomicU64], names: &[String]) {
             // Relaxed: published by the Release store of the version word.
             w.store(v, Ordering::Relaxed);
         }
-        e[0].store(state(READY, hash(name)), Ordering::Relaxed);
+        e[0].store(DomainWord::ready(hash(name)).bits(), Ordering::Relaxed);
     }
 }
 
@@ -113,15 +103,16 @@ pub(crate) fn inspect(words: &[AtomicU64], i: usize) -> Entry {
     // declared entries, with the version word's Release store), so the name
     // words read below are the ones the publisher saw.
     let s = e[0].load(Ordering::Acquire);
-    match s >> KIND_SHIFT {
-        EMPTY | CLAIMED => return Entry::NotReady,
-        READY => {}
-        _ => return Entry::Garbled,
+    let s = DomainWord::from_bits(s);
+    match s.state() {
+        DomainState::Empty | DomainState::Claimed => return Entry::NotReady,
+        DomainState::Ready => {}
+        DomainState::Garbled => return Entry::Garbled,
     }
     // Relaxed: ordered after the Acquire above; name words never change
     // once written.
     match unpack_name(std::array::from_fn(|j| e[1 + j].load(Ordering::Relaxed))) {
-        Some(name) if valid_name(&name) && hash(&name) == s & HASH_MASK => Entry::Ready(name),
+        Some(name) if valid_name(&name) && hash(&name) == s.hash() => Entry::Ready(name),
         _ => Entry::Garbled,
     }
 }
@@ -153,24 +144,29 @@ pub(crate) fn register(words: &[AtomicU64], name: &str) -> Result<DomainId, Regi
         // ready entry's name words are visible before they are compared.
         let mut s = e[0].load(Ordering::Acquire);
         for _ in 0..RETRIES {
-            match (s >> KIND_SHIFT, s & HASH_MASK) {
-                (EMPTY, 0) => {
+            let w = DomainWord::from_bits(s);
+            match (w.state(), w.hash()) {
+                (DomainState::Empty, 0) => {
                     // AcqRel: the claim is ordered before the fill below;
                     // on failure the Acquire reads the claimer's state as
                     // above.
                     match e[0].compare_exchange(
                         s,
-                        state(CLAIMED, h),
+                        DomainWord::claimed(h).bits(),
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     ) {
-                        Ok(_) => s = state(CLAIMED, h),
+                        Ok(_) => s = DomainWord::claimed(h).bits(),
                         Err(now) => s = now,
                     }
                     continue;
                 }
-                (CLAIMED, sh) if sh == h && fill(e, &packed) => return Ok(DomainId(i as u8)),
-                (READY, sh) if sh == h && names_equal(e, &packed) => return Ok(DomainId(i as u8)),
+                (DomainState::Claimed, sh) if sh == h && fill(e, &packed) => {
+                    return Ok(DomainId(i as u8));
+                }
+                (DomainState::Ready, sh) if sh == h && names_equal(e, &packed) => {
+                    return Ok(DomainId(i as u8));
+                }
                 _ => {}
             }
             break;
@@ -195,8 +191,8 @@ fn fill(e: &[AtomicU64], packed: &[u64; NAME_WORDS]) -> bool {
         }
     }
     let claimed = e[0].load(Ordering::Relaxed);
-    let ready = state(READY, claimed & HASH_MASK);
-    if claimed >> KIND_SHIFT == CLAIMED {
+    let ready = DomainWord::ready(DomainWord::from_bits(claimed).hash()).bits();
+    if DomainWord::from_bits(claimed).state() == DomainState::Claimed {
         // Release: publishes the name words filled above; pairs with the
         // Acquire loads in `read` and `register`. A failure means another
         // registrant published first (or a hostile process wrote the word):
@@ -295,7 +291,10 @@ pub(crate) mod tests {
         let heap = table();
         let w = heap.words();
         let e = entry(w, 1);
-        e[0].store(state(CLAIMED, hash("sender")), Ordering::Relaxed);
+        e[0].store(
+            DomainWord::claimed(hash("sender")).bits(),
+            Ordering::Relaxed,
+        );
         e[1].store(pack_name("sender")[0], Ordering::Relaxed);
         assert_eq!(read(w, 1), None, "a claimed entry names nothing yet");
         assert_eq!(register(w, "sender"), Ok(DomainId(1)));
@@ -308,11 +307,14 @@ pub(crate) mod tests {
         let w = heap.words();
         // Entry 1 claimed with "sender"'s hash but another name's words.
         let e = entry(w, 1);
-        e[0].store(state(CLAIMED, hash("sender")), Ordering::Relaxed);
+        e[0].store(
+            DomainWord::claimed(hash("sender")).bits(),
+            Ordering::Relaxed,
+        );
         e[1].store(pack_name("other")[0], Ordering::Relaxed);
         // Entry 2 ready but its words do not hash to its state.
         let e = entry(w, 2);
-        e[0].store(state(READY, hash("x")), Ordering::Relaxed);
+        e[0].store(DomainWord::ready(hash("x")).bits(), Ordering::Relaxed);
         e[1].store(pack_name("y")[0], Ordering::Relaxed);
         // Entry 3 in the kind edgemark never writes.
         entry(w, 3)[0].store(u64::MAX, Ordering::Relaxed);

@@ -12,8 +12,12 @@ pub(crate) const HEADER_WORDS: usize = HEADER_BYTES / 8;
 
 /// `"EDGEMARK"` in little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"EDGEMARK");
-/// The region format this build reads and writes.
-pub(crate) const FORMAT_VERSION: u64 = 3;
+/// The region format this build reads and writes. 4: format 3's geometry,
+/// with the ring's acknowledgment (a ring entry's state word says which
+/// reader took it or that it is done with; the reader table; the ring's
+/// counters in words 28..=31, 58 and 59), which a format-3 process would
+/// misread (`docs/design.md`, "Format versions").
+pub(crate) const FORMAT_VERSION: u64 = 4;
 
 // Header words. Geometry and identity are written once before the version
 // word is published and never change after.
@@ -86,7 +90,7 @@ pub(crate) const H_RING_SETTLED_OVERWRITTEN: usize = 58;
 /// Taken closed requests a reader gave up on because the collector (or
 /// whatever it sends to) refused them.
 pub(crate) const H_RING_GAVE_UP_REFUSED: usize = 59;
-/// Edge table: one word per edge, `from | to << 32`.
+/// Edge table: one word per edge ([`EdgeWord`](crate::word::EdgeWord)).
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
 pub const MAX_EDGES: usize = 64;
@@ -99,8 +103,8 @@ pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
 /// (`domains.rs`): [`MAX_DOMAINS`] entries of a state word and the name.
 pub(crate) const H_DOMAIN_TABLE: usize = 256;
 /// The reader table of the ring of closed requests: [`MAX_READERS`]
-/// words, each 0 (free) or the identity of the process whose reader holds
-/// it (`pid << 32 | start ticks & 0xffff_ffff`).
+/// words, each free or the identity of the process whose reader holds it
+/// ([`ReaderWord`](crate::word::ReaderWord)).
 ///
 /// [`MAX_READERS`]: crate::word::MAX_READERS
 pub(crate) const H_READERS: usize = 416;
@@ -158,10 +162,11 @@ pub(crate) const R_STATE: usize = 0;
 pub(crate) const R_CHECK: usize = 1;
 /// The request's trace context ([`TRACE_WORDS`] words).
 pub(crate) const R_TRACE: usize = 2;
-/// What the entry holds: 0 nothing (a close that lost its slot), 1 a
-/// closed request, 3 one whose read found a corrupt word.
+/// What the entry holds ([`entry_kind`](crate::word::entry_kind)): nothing
+/// (a close that lost its slot), a closed request, or one whose read found
+/// a corrupt word.
 pub(crate) const R_KIND: usize = R_TRACE + TRACE_WORDS;
-/// The request's token: `slot | generation << 32`.
+/// The request's token ([`TokenWord`](crate::word::TokenWord)).
 pub(crate) const R_TOKEN: usize = R_KIND + 1;
 /// Microseconds from the request's origin to its close, on the region's
 /// clock.

@@ -48,7 +48,8 @@
 //!   reads requests), [`Viewer`] (reads only; a recorder dereferences to
 //!   one); [`RegionBuilder`] creates a region, [`AttachOptions`] attaches
 //!   to one; [`default_dir`].
-//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`Mark`],
+//! - **Recording**: [`Token`] (and [`ParseTokenError`]), [`RegionId`] (and
+//!   [`ParseRegionIdError`]), [`Mark`],
 //!   [`Edge`], [`Event`], [`Outcome`] (what every writing call says).
 //! - **Reading**: [`Snapshot`], [`RequestState`].
 //! - **Errors**, one per operation: [`CreateError`] (create),
@@ -78,7 +79,8 @@
 //!   from the region ([`trace::ClosedRequest`] and [`trace::Drained`], from
 //!   [`Recorder::drain_closed`]) to send on as spans.
 //! - [`limits`]: the largest region, schema and value edgemark holds.
-//! - `export` (feature `prometheus`): the Prometheus text.
+//! - `prometheus` (feature `prometheus`): the Prometheus and OpenMetrics
+//!   text of a region, for a `/metrics` handler.
 //!
 //! The layers, bottom up: word encodings and the layout, the atomics
 //! facade, the clock, names (schema, edges and marks), the clock-domain
@@ -100,14 +102,14 @@
 mod catalog;
 pub mod clock;
 mod domains;
-#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
-pub mod export;
 #[cfg(not(edgemark_loom))]
 mod fault;
 mod layout;
 mod mark;
 mod outcome;
 mod process;
+#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
+pub mod prometheus;
 mod protocol;
 mod recorder;
 mod region;
@@ -132,13 +134,12 @@ pub use layout::GeometryError;
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
 pub use recorder::{
-    AttachOptions, ClosedReader, GiveUp, ReaderError, ReaderHolder, Recorder, RegionBuilder,
-    RingState, Viewer,
+    AttachOptions, ClosedReader, GiveUp, ReaderError, ReaderHolder, Recorder, RegionBuilder, Viewer,
 };
 pub use region::{AttachError, CreateError, SweepError};
 pub use schema::Event;
 pub use snapshot::{RequestState, Snapshot};
-pub use token::{ParseTokenError, Token};
+pub use token::{ParseRegionIdError, ParseTokenError, RegionId, Token};
 pub use trace::TraceContext;
 
 /// The limits of a region, its schema and its values; beyond them

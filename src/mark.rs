@@ -6,6 +6,7 @@
 use std::fmt;
 
 use crate::schema::EventId;
+use crate::word::EdgeWord;
 
 /// A directed stage edge, `from -> to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,7 +104,8 @@ const _: () = assert!(INDEX_SLOTS.is_power_of_two() && INDEX_SLOTS >= 2 * crate:
 /// index with one multiply and, almost always, one probe, instead of a
 /// search of the edge list.
 ///
-/// An open-addressed table (linear probing) keyed by `from | to << 32`.
+/// An open-addressed table (linear probing) keyed by the edge's word
+/// ([`EdgeWord`]).
 /// Invariant: each declared edge is in exactly one slot, which holds its
 /// key and its index plus one; fewer than half the slots are used, so every
 /// probe sequence reaches an empty slot (index 0).
@@ -146,7 +148,7 @@ impl EdgeIndex {
 
     #[inline]
     fn key(edge: Edge) -> u64 {
-        u64::from(edge.from) | (u64::from(edge.to) << 32)
+        EdgeWord::new(edge.from, edge.to).bits()
     }
 
     /// The first slot probed for `key`: the top bits of a Fibonacci hash.

@@ -3,6 +3,38 @@
 //! of closed requests with the code that reads them. Plain values with no
 //! reference into the region.
 //!
+//! # One encoding
+//!
+//! [`RegionReport`] is everything a region says about itself at one
+//! moment: [`RegionInfo`], [`Counters`] and [`Occupancy`]. Its `Serialize`
+//! is the one encoding of those facts: `edgemark inspect --json` prints it
+//! (with the open requests after it), Python's `Region.report()` returns
+//! it as a dict (through `pythonize`, as snapshots are), and
+//! `Region.info()` and `Region.counters()` return its two parts. The
+//! Prometheus text ([`crate::prometheus`], feature `prometheus`) reads the
+//! same values from it. The JSON is one flat object:
+//!
+//! ```json
+//! {"region_id": "5c0de1f2a3b4c5d6", "bytes": 1318912, "slots": 64, "segments": 4,
+//!  "slot_stride": 1024, "slots_offset": 139264,
+//!  "edges": ["0->1", "1->2"],
+//!  "events": [{"name": "producer_first_nonempty_emit", "domain": "host_monotonic", "keeps_chunk_seq": true}, "..."],
+//!  "domains": ["host_monotonic", "gpu"],
+//!  "clock": {"kind": "monotonic", "boot_id": "<32 hex digits>", "time_namespace": 4026531834,
+//!            "shared_with_this_process": true},
+//!  "created_unix_ns": 1764921600000000000, "creator_pid": 4242, "group_access": false,
+//!  "pid_namespaces": {"mixed": false, "pids_judged": true, "why_not_judged": null},
+//!  "closed_ring": {"entries": 64, "entry_bytes": 512},
+//!  "refused": {"stale_segment": 0, "...": 0},
+//!  "dropped_segments": 0, "closed_requests": 12, "reclaimed_requests": 0,
+//!  "closed_lost": 0, "closed_acknowledged": 9,
+//!  "closed_given_up": {"queue_full": 0, "retries_exhausted": 1, "refused": 0},
+//!  "closed_overwritten_taken": 0, "closed_settled_overwritten": 0,
+//!  "bad_trace_contexts": 0,
+//!  "open_requests": 3, "free_slots": 61,
+//!  "closed_unread": 0, "closed_unacknowledged": 2, "closed_readers": 1}
+//! ```
+//!
 //! The histograms live in the region, between the header and the slots.
 //! The close that ends a request (the one holder of its `Closing` lock, in
 //! `protocol/control.rs`) adds each of its final values, and each delta
@@ -11,6 +43,8 @@
 //! counters in the region: each is counted exactly once, however often a
 //! reader polls, and a reader that restarts loses and repeats nothing.
 //! Nothing here runs on the record path.
+
+use serde::{Serialize, Serializer};
 
 use crate::clock::ClockIdentity;
 pub use crate::layout::BUCKETS_MS;
@@ -23,13 +57,16 @@ use crate::mark::Edge;
 use crate::outcome::Outcome;
 use crate::schema::Schema;
 use crate::sync::{AtomicU64, Ordering};
+use crate::token::RegionId;
 
-/// The geometry and identity of a region, as its header declares them.
+/// The geometry, identity and schema of a region, as its header declares
+/// them. Serialises as the first part of a [`RegionReport`] (see the
+/// module docs for the names).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RegionInfo {
     /// The region's random ID (tokens carry it).
-    pub region_id: u64,
+    pub region_id: RegionId,
     /// Request slots.
     pub slots: u32,
     /// Segments kept per edge of a request.
@@ -67,6 +104,173 @@ pub struct RegionInfo {
     /// reclaims free nothing and its closes never take a lock over), or
     /// `None` when it does.
     pub pids_unjudged: Option<PidsUnjudged>,
+    /// The declared edges, in order.
+    pub edges: Vec<Edge>,
+    /// The schema's events, in schema order.
+    pub events: Vec<EventInfo>,
+    /// Every clock domain, declared and registered, in id order.
+    pub domains: Vec<String>,
+}
+
+/// One event of a region's schema, by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct EventInfo {
+    /// The event's name.
+    pub name: String,
+    /// The name of its clock domain.
+    pub domain: String,
+    /// Whether its winning write keeps the chunk sequence number.
+    pub keeps_chunk_seq: bool,
+}
+
+impl EventInfo {
+    /// The event `name` in clock domain `domain`.
+    pub fn new(name: &str, domain: &str, keeps_chunk_seq: bool) -> EventInfo {
+        EventInfo {
+            name: name.to_owned(),
+            domain: domain.to_owned(),
+            keeps_chunk_seq,
+        }
+    }
+}
+
+impl Serialize for RegionInfo {
+    /// The names of the module docs: the clock, the pid namespaces and the
+    /// ring of closed requests each as one object.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Clock {
+            kind: &'static str,
+            boot_id: String,
+            time_namespace: u64,
+            shared_with_this_process: bool,
+        }
+        #[derive(Serialize)]
+        struct PidNamespaces {
+            mixed: bool,
+            pids_judged: bool,
+            why_not_judged: Option<&'static str>,
+        }
+        #[derive(Serialize)]
+        struct ClosedRing {
+            entries: u32,
+            entry_bytes: u64,
+        }
+        #[derive(Serialize)]
+        struct Info<'a> {
+            region_id: RegionId,
+            bytes: u64,
+            slots: u32,
+            segments: u32,
+            slot_stride: u64,
+            slots_offset: u64,
+            edges: Vec<String>,
+            events: &'a [EventInfo],
+            domains: &'a [String],
+            clock: Clock,
+            created_unix_ns: u64,
+            creator_pid: u64,
+            group_access: bool,
+            pid_namespaces: PidNamespaces,
+            closed_ring: ClosedRing,
+        }
+        Info {
+            region_id: self.region_id,
+            bytes: self.bytes,
+            slots: self.slots,
+            segments: self.segments,
+            slot_stride: self.slot_stride,
+            slots_offset: self.slots_offset,
+            edges: self.edges.iter().map(Edge::to_string).collect(),
+            events: &self.events,
+            domains: &self.domains,
+            clock: Clock {
+                kind: self.clock_kind.name(),
+                boot_id: format!("{:032x}", self.clock.boot_id),
+                time_namespace: self.clock.time_namespace,
+                shared_with_this_process: self.shares_clock,
+            },
+            created_unix_ns: self.created_unix_ns,
+            creator_pid: self.creator_pid,
+            group_access: self.group_access,
+            pid_namespaces: PidNamespaces {
+                mixed: self.mixed_pid_namespaces,
+                pids_judged: self.pids_unjudged.is_none(),
+                why_not_judged: self.pids_unjudged.map(PidsUnjudged::name),
+            },
+            closed_ring: ClosedRing {
+                entries: self.ring_entries,
+                entry_bytes: self.ring_stride,
+            },
+        }
+        .serialize(s)
+    }
+}
+
+/// What a region holds now: how many of its slots hold an open request,
+/// from one sweep of the slots, and what its ring of closed requests
+/// holds, from one pass over the ring's entries (all 0 in a region
+/// without a ring). Serialises as the third part of a [`RegionReport`],
+/// under these names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Occupancy {
+    /// Requests open when the sweep passed their slots.
+    pub open_requests: u32,
+    /// The other slots.
+    pub free_slots: u32,
+    /// Entries of the ring of closed requests published and not yet taken
+    /// by any reader.
+    pub closed_unread: u64,
+    /// Entries a registered reader
+    /// ([`ClosedReader`](crate::ClosedReader)) took and has not yet
+    /// acknowledged or given up.
+    pub closed_unacknowledged: u64,
+    /// Readers registered in the region's reader table.
+    pub closed_readers: u64,
+}
+
+impl Occupancy {
+    /// `open` requests open in a region of `slots` slots, and nothing in
+    /// its ring of closed requests.
+    pub fn new(open: u32, slots: u32) -> Occupancy {
+        Occupancy {
+            open_requests: open,
+            free_slots: slots.saturating_sub(open),
+            ..Occupancy::default()
+        }
+    }
+
+    /// This occupancy with the ring of closed requests holding `unread`
+    /// entries not yet taken and `unacknowledged` taken and not settled,
+    /// with `readers` readers registered.
+    pub fn with_closed_ring(self, unread: u64, unacknowledged: u64, readers: u64) -> Occupancy {
+        Occupancy {
+            closed_unread: unread,
+            closed_unacknowledged: unacknowledged,
+            closed_readers: readers,
+            ..self
+        }
+    }
+}
+
+/// Everything a region says about itself at one moment: what it declares,
+/// what it has counted and how full it is; the one encoding of these
+/// facts (see the module docs), from
+/// [`Viewer::report`](crate::Viewer::report).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RegionReport {
+    /// Geometry, identity and schema.
+    #[serde(flatten)]
+    pub info: RegionInfo,
+    /// The counters.
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// Open requests and free slots.
+    #[serde(flatten)]
+    pub occupancy: Occupancy,
 }
 
 /// Why a process does not judge the pids found in a region: a pid means
@@ -89,6 +293,13 @@ impl PidsUnjudged {
             PidsUnjudged::OtherNamespace => "other_pid_namespace",
             PidsUnjudged::MixedNamespaces => "mixed_pid_namespaces",
         }
+    }
+}
+
+/// As its [`name`](PidsUnjudged::name).
+impl Serialize for PidsUnjudged {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -118,7 +329,10 @@ pub struct Owner {
 }
 
 /// What [`Recorder::reclaim_dead_owners`](crate::Recorder::reclaim_dead_owners) freed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Serialises under its field names, `unjudged` as the reason's
+/// [`name`](PidsUnjudged::name) or null (Python's
+/// `Region.reclaim_dead_owners()` returns it so).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ReclaimReport {
     /// Open requests whose owner process is gone.
@@ -144,11 +358,17 @@ impl ReclaimReport {
 }
 
 /// The region's counters: refused records by reason, dropped segments,
-/// closed and reclaimed requests.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// closed and reclaimed requests, the fates of closed requests in the ring
+/// (lost to its readers, acknowledged, given up, overwritten while taken),
+/// malformed trace contexts. Serialises as the second part of a
+/// [`RegionReport`], under these names, `refused` as an object from each
+/// outcome's name to its count and `closed_given_up` as one from each
+/// reason to its count.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Counters {
     /// Count of each counted refusal, in [`Outcome::COUNTED`] order.
+    #[serde(serialize_with = "refused_by_name")]
     pub refused: Vec<(Outcome, u64)>,
     /// Segments that left a request's window of kept segments.
     pub dropped_segments: u64,
@@ -157,7 +377,9 @@ pub struct Counters {
     /// Requests freed by a reclaim (their values are not in the histograms).
     pub reclaimed_requests: u64,
     /// Closed requests that left the ring of closed requests unread:
-    /// overwritten (its reader fell a ring behind) or torn.
+    /// overwritten (no reader took them within a ring of later closes) or
+    /// torn. Counted as they are overwritten, whether or not a reader
+    /// runs.
     pub closed_lost: u64,
     /// Closed requests a registered reader
     /// ([`ClosedReader`](crate::ClosedReader)) acknowledged: its receiver
@@ -181,9 +403,16 @@ pub struct Counters {
     pub bad_trace_contexts: u64,
 }
 
+/// `refused` as an object from outcome name to count, in counter order.
+fn refused_by_name<S: Serializer>(refused: &[(Outcome, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(refused.iter().map(|(o, n)| (o.name(), n)))
+}
+
 /// Closed requests registered readers gave up on, by reason
-/// ([`GiveUp`](crate::GiveUp)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// ([`GiveUp`](crate::GiveUp)). Serialises as an object under these
+/// names, as the `reason` label of the Prometheus family
+/// `edgemark_closed_given_up_total` names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct GivenUp {
     /// The reader's queue was full.
@@ -197,7 +426,18 @@ pub struct GivenUp {
 impl GivenUp {
     /// All of them.
     pub fn total(&self) -> u64 {
-        self.queue_full + self.retries_exhausted + self.refused
+        self.queue_full
+            .saturating_add(self.retries_exhausted)
+            .saturating_add(self.refused)
+    }
+
+    /// Each reason's name and count, in field order.
+    pub fn by_reason(&self) -> [(&'static str, u64); 3] {
+        [
+            ("queue_full", self.queue_full),
+            ("retries_exhausted", self.retries_exhausted),
+            ("refused", self.refused),
+        ]
     }
 }
 

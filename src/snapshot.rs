@@ -486,8 +486,12 @@ impl Serialize for Snapshot {
 #[cfg(all(test, not(edgemark_loom)))]
 mod tests {
     use super::*;
+    use crate::mark::Mark;
+    use crate::outcome::Outcome;
+    use crate::recorder::Recorder;
+    use crate::schema::Event;
     use crate::schema::Schema;
-    use crate::{Event, Mark, Outcome, Recorder, Token};
+    use crate::token::Token;
 
     const E01: Edge = Edge::new(0, 1);
     const E12: Edge = Edge::new(1, 2);

@@ -64,8 +64,8 @@ impl Token {
     }
 
     /// The ID of the region the token belongs to.
-    pub const fn region_id(self) -> u64 {
-        self.region
+    pub const fn region_id(self) -> RegionId {
+        RegionId(self.region)
     }
 }
 
@@ -73,9 +73,118 @@ impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "em1.{:016x}.{:x}.{:x}",
-            self.region, self.slot, self.generation
+            "em1.{}.{:x}.{:x}",
+            RegionId(self.region),
+            self.slot,
+            self.generation
         )
+    }
+}
+
+/// A region's ID: 64 random bits drawn at creation, in its header and in
+/// every token of its requests, so that a token of another region (or of
+/// a file created again at the same path) is told apart.
+///
+/// Its text form, wherever edgemark shows one (a token's second field,
+/// `inspect`, Python's `info()["region_id"]`, the JSON of a
+/// [`RegionReport`](crate::report::RegionReport)), is 16 lowercase hex
+/// digits; [`FromStr`] takes 1 to 16 hex digits of either case.
+///
+/// ```
+/// use edgemark::RegionId;
+/// let id: RegionId = "00000000000000ab".parse().unwrap();
+/// assert_eq!(id.get(), 0xab);
+/// assert_eq!(id.to_string(), "00000000000000ab");
+/// assert_eq!("AB".parse::<RegionId>(), Ok(id));
+/// assert!("0x1".parse::<RegionId>().is_err());
+/// assert!("".parse::<RegionId>().is_err());
+/// assert!("1".repeat(17).parse::<RegionId>().is_err());
+/// assert_eq!(format!("{id:016x}"), id.to_string());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(u64);
+
+impl RegionId {
+    /// The ID of these 64 bits.
+    pub const fn new(bits: u64) -> RegionId {
+        RegionId(bits)
+    }
+
+    /// The ID's 64 bits.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl From<u64> for RegionId {
+    fn from(bits: u64) -> RegionId {
+        RegionId(bits)
+    }
+}
+
+impl From<RegionId> for u64 {
+    fn from(id: RegionId) -> u64 {
+        id.0
+    }
+}
+
+impl From<RegionId> for u128 {
+    fn from(id: RegionId) -> u128 {
+        u128::from(id.0)
+    }
+}
+
+impl fmt::Display for RegionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// The ID's bits in hex, as `u64`'s (`{:016x}` is its [`Display`](fmt::Display) form).
+impl fmt::LowerHex for RegionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+/// A string that is not a region ID's text form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseRegionIdError(());
+
+impl fmt::Display for ParseRegionIdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not a region ID (expected 1 to 16 hex digits)")
+    }
+}
+
+impl std::error::Error for ParseRegionIdError {}
+
+impl FromStr for RegionId {
+    type Err = ParseRegionIdError;
+
+    fn from_str(s: &str) -> Result<RegionId, ParseRegionIdError> {
+        hex_field(s, 16).map(RegionId).ok_or(ParseRegionIdError(()))
+    }
+}
+
+/// `s` as 1 to `max_len` hex digits (no sign, no prefix).
+fn hex_field(s: &str, max_len: usize) -> Option<u64> {
+    if s.is_empty() || s.len() > max_len || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(s, 16).ok()
+}
+
+impl serde::Serialize for RegionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RegionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RegionId, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -102,10 +211,7 @@ impl FromStr for Token {
         }
         let mut field = |max_len: usize| {
             let p = parts.next().ok_or_else(err)?;
-            if p.is_empty() || p.len() > max_len || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(err());
-            }
-            u64::from_str_radix(p, 16).map_err(|_| err())
+            hex_field(p, max_len).ok_or_else(err)
         };
         let region = field(16)?;
         let slot = field(8)? as u32;

@@ -35,6 +35,16 @@
 //! a ring entry (the segment it holds) share one packing: the segment count
 //! in bits 55..32, the segment index in bits 31..0, bits 63..56 zero.
 //!
+//! # Header and ring words
+//!
+//! An edge word ([`EdgeWord`]), a token word ([`TokenWord`]) and a word of
+//! the ring's reader table ([`ReaderWord`]) pack two 32-bit halves; an
+//! event's meta word ([`EventMetaWord`]) its clock domain and a flag; a
+//! clock-domain entry's state word ([`DomainWord`]) a state and a hash; a
+//! ring entry's kind ([`entry_kind`]) two flags; a ring entry's state word
+//! ([`RingStateWord`]) its claim, whether its closer is writing, and
+//! whether a reader took it (and which) or is done with it.
+//!
 //! # Name words
 //!
 //! A name (of an event or a clock domain) is 32 bytes of NUL-padded UTF-8 in
@@ -96,7 +106,7 @@ macro_rules! packed {
         }
     )*};
 }
-packed!(CellWord, HeadWord, SegmentWord, RingStateWord);
+packed!(CellWord, HeadWord, SegmentWord, RingStateWord, ReaderWord);
 
 /// A cell word: one event's value for one epoch, or the empty or sealed
 /// marker of that epoch (see the module docs for the bits).
@@ -625,6 +635,233 @@ impl PlaceWord {
     }
 }
 
+/// What a ring entry holds, its kind word (`R_KIND`): two flags, bit 0 set
+/// when the entry holds a closed request, bit 1 set when the close's read
+/// of it found a word edgemark never writes. A corrupt read is always of a
+/// request, so 2 (corrupt, no request) is never written: a reader refuses
+/// it as it refuses any other word outside these three.
+pub(crate) mod entry_kind {
+    /// Bit 0: the entry holds a closed request.
+    const REQUEST: u64 = 1;
+    /// Bit 1: the close's read found a word edgemark never writes.
+    const CORRUPT_READ: u64 = 2;
+    /// Nothing: its close found the slot taken over and hands on nothing.
+    pub(crate) const VOID: u64 = 0;
+    /// A closed request.
+    pub(crate) const CLOSED: u64 = REQUEST;
+    /// A closed request whose read found a word edgemark never writes.
+    pub(crate) const CORRUPT: u64 = REQUEST | CORRUPT_READ;
+}
+
+/// A token word (a ring entry's `R_TOKEN`): the request's slot in bits
+/// 31..0, its generation in bits 63..32.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TokenWord(u64);
+
+impl TokenWord {
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> TokenWord {
+        TokenWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The token of the request with generation `generation` in `slot`.
+    pub(crate) const fn new(slot: u32, generation: u32) -> TokenWord {
+        TokenWord(slot as u64 | (generation as u64) << 32)
+    }
+
+    /// `(slot, generation)`. Every word decodes: the caller checks the slot
+    /// against the region's geometry and the generation against 0.
+    pub(crate) const fn decode(self) -> (u32, u32) {
+        (self.0 as u32, (self.0 >> 32) as u32)
+    }
+}
+
+/// A word of the reader table of the ring of closed requests
+/// (`protocol/ring_ack.rs`): 0 for a free slot, else the identity of the
+/// process whose reader holds the slot, its pid in bits 63..32 and the low
+/// 32 bits of its start time (clock ticks since boot) in bits 31..0.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReaderWord(u64);
+
+impl ReaderWord {
+    /// A free slot.
+    pub(crate) const FREE: ReaderWord = ReaderWord(0);
+
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> ReaderWord {
+        ReaderWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The slot held by process `pid`, started at `start_ticks` (only its
+    /// low 32 bits are kept). Never [`ReaderWord::FREE`] for a real
+    /// process: a pid is never 0.
+    pub(crate) const fn held(pid: u32, start_ticks: u64) -> ReaderWord {
+        ReaderWord((pid as u64) << 32 | (start_ticks & 0xffff_ffff))
+    }
+
+    /// Whether no reader holds the slot.
+    pub(crate) const fn is_free(self) -> bool {
+        self.0 == 0
+    }
+
+    /// `(pid, low 32 bits of the start ticks)` of the holder. Every word
+    /// decodes: the judge of a holder looks the pid up.
+    pub(crate) const fn decode(self) -> (u32, u32) {
+        ((self.0 >> 32) as u32, self.0 as u32)
+    }
+}
+
+/// An edge word (the header's edge table): the stage it leaves in bits
+/// 31..0, the stage it enters in bits 63..32. Also the key of the record
+/// path's edge index (`mark.rs`).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EdgeWord(u64);
+
+impl EdgeWord {
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> EdgeWord {
+        EdgeWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The edge from stage `from` to stage `to`.
+    #[inline(always)]
+    pub(crate) const fn new(from: u32, to: u32) -> EdgeWord {
+        EdgeWord(from as u64 | (to as u64) << 32)
+    }
+
+    /// `(from, to)`. Every word decodes: the header codec checks the edge
+    /// (no self edge, no duplicate).
+    pub(crate) const fn decode(self) -> (u32, u32) {
+        (self.0 as u32, (self.0 >> 32) as u32)
+    }
+}
+
+/// The word after an event's name in the header's event table: the id of
+/// its clock domain in bits 7..0, bit 8 set when the event keeps the chunk
+/// sequence of its winning write, bits 63..9 zero.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EventMetaWord(u64);
+
+const KEEPS_CHUNK_SEQ: u64 = 1 << 8;
+
+impl EventMetaWord {
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> EventMetaWord {
+        EventMetaWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// An event in domain `domain` that keeps the chunk sequence or not.
+    pub(crate) const fn new(domain: u8, keeps_chunk_seq: bool) -> EventMetaWord {
+        EventMetaWord(domain as u64 | if keeps_chunk_seq { KEEPS_CHUNK_SEQ } else { 0 })
+    }
+
+    /// `(domain, keeps_chunk_seq)`; `None` for bits edgemark never writes.
+    pub(crate) const fn decode(self) -> Option<(u8, bool)> {
+        if self.0 >> 9 != 0 {
+            None
+        } else {
+            Some((self.0 as u8, self.0 & KEEPS_CHUNK_SEQ != 0))
+        }
+    }
+}
+
+/// The state of an entry of the header's clock-domain table (`domains.rs`)
+/// as its state word names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DomainState {
+    /// Never claimed (with a zero hash: an entry never written).
+    Empty,
+    /// Claimed by a registrant that is filling in the name.
+    Claimed,
+    /// Published: the name words are final.
+    Ready,
+    /// Bits edgemark never writes.
+    Garbled,
+}
+
+/// The state word of an entry of the clock-domain table: the entry's state
+/// in bits 63..62 (`00` empty, `01` claimed, `10` ready, `11` never
+/// written), a 62-bit hash of its name in bits 61..0.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DomainWord(u64);
+
+const DOMAIN_STATE_SHIFT: u32 = 62;
+
+impl DomainWord {
+    /// The bits of a name's hash.
+    pub(crate) const HASH_MASK: u64 = (1 << DOMAIN_STATE_SHIFT) - 1;
+
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> DomainWord {
+        DomainWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// A claimed entry for the name whose hash is `hash` (its low 62 bits).
+    pub(crate) const fn claimed(hash: u64) -> DomainWord {
+        DomainWord(1 << DOMAIN_STATE_SHIFT | hash & Self::HASH_MASK)
+    }
+
+    /// A ready entry for the name whose hash is `hash` (its low 62 bits).
+    pub(crate) const fn ready(hash: u64) -> DomainWord {
+        DomainWord(2 << DOMAIN_STATE_SHIFT | hash & Self::HASH_MASK)
+    }
+
+    /// The entry's state.
+    pub(crate) const fn state(self) -> DomainState {
+        match self.0 >> DOMAIN_STATE_SHIFT {
+            0 => DomainState::Empty,
+            1 => DomainState::Claimed,
+            2 => DomainState::Ready,
+            _ => DomainState::Garbled,
+        }
+    }
+
+    /// The hash of the entry's name.
+    pub(crate) const fn hash(self) -> u64 {
+        self.0 & Self::HASH_MASK
+    }
+}
+
 /// The kind of a region's shared clock, and its header word (H_CLOCK_KIND):
 /// what the clock-reading
 /// [`Recorder::record`](crate::Recorder::record) reads. A region has exactly
@@ -830,5 +1067,106 @@ mod tests {
         assert_eq!(unpack_name([0; 4]), None);
         assert_eq!(unpack_name([0x00ff, 0, 0, 0]), None);
         assert_eq!(unpack_name([0x41 | (0x41 << 16), 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn token_and_edge_words_round_trip_their_halves() {
+        for (a, b) in [
+            (0, 0),
+            (1, 2),
+            (u32::MAX, 7),
+            (3, u32::MAX),
+            (u32::MAX, u32::MAX),
+        ] {
+            assert_eq!(
+                TokenWord::from_bits(TokenWord::new(a, b).bits()).decode(),
+                (a, b)
+            );
+            assert_eq!(
+                EdgeWord::from_bits(EdgeWord::new(a, b).bits()).decode(),
+                (a, b)
+            );
+        }
+        // The slot is the low half, as the ring's entries have always held it.
+        assert_eq!(TokenWord::new(5, 9).bits(), 5 | 9 << 32);
+        assert_eq!(EdgeWord::new(1, 2).bits(), 1 | 2 << 32);
+    }
+
+    #[test]
+    fn event_meta_words_round_trip_and_refuse_stray_bits() {
+        for (d, keeps) in [(0, false), (0, true), (31, true), (u8::MAX, false)] {
+            let w = EventMetaWord::new(d, keeps);
+            assert_eq!(
+                EventMetaWord::from_bits(w.bits()).decode(),
+                Some((d, keeps))
+            );
+        }
+        assert_eq!(EventMetaWord::new(3, true).bits(), 3 | 1 << 8);
+        for stray in [1 << 9, 1 << 63, u64::MAX] {
+            assert_eq!(EventMetaWord::from_bits(stray).decode(), None);
+        }
+    }
+
+    #[test]
+    fn domain_words_keep_their_state_and_hash() {
+        let h = 0x1234_5678_9abc_def0 & DomainWord::HASH_MASK;
+        assert_eq!(DomainWord::from_bits(0).state(), DomainState::Empty);
+        assert_eq!(DomainWord::claimed(h).state(), DomainState::Claimed);
+        assert_eq!(DomainWord::ready(h).state(), DomainState::Ready);
+        assert_eq!(DomainWord::ready(h).hash(), h);
+        assert_eq!(DomainWord::claimed(u64::MAX).hash(), DomainWord::HASH_MASK);
+        assert_eq!(
+            DomainWord::from_bits(u64::MAX).state(),
+            DomainState::Garbled
+        );
+    }
+
+    #[test]
+    fn ring_state_words_keep_their_claim_and_readers() {
+        for claim in [0, 1, 4095, MAX_CLAIM] {
+            let writing = RingStateWord::writing(claim);
+            assert_eq!(writing.claim(), Some(claim));
+            assert!(writing.is_writing() && !writing.is_published() && !writing.is_done());
+            let published = RingStateWord::published(claim);
+            assert_eq!(published.claim(), Some(claim));
+            assert!(published.is_published() && published.taken_by().is_none());
+            for r in 0..MAX_READERS as u8 {
+                let taken = RingStateWord::taken(claim, r);
+                assert_eq!(taken.claim(), Some(claim));
+                assert_eq!(taken.taken_by(), Some(r));
+                assert!(!taken.is_published() && !taken.is_done() && !taken.is_writing());
+                assert_eq!(RingStateWord::from_bits(taken.bits()), taken);
+            }
+            let done = RingStateWord::done(claim);
+            assert_eq!(done.claim(), Some(claim));
+            assert!(done.is_done() && !done.is_published() && done.taken_by().is_none());
+        }
+        // A word with no claim is an entry never used, whatever its flags.
+        assert_eq!(RingStateWord::from_bits(0).claim(), None);
+        assert!(!RingStateWord::from_bits(0).is_published());
+        // Two readers' takes of one claim differ, as do two claims'.
+        assert_ne!(RingStateWord::taken(3, 0), RingStateWord::taken(3, 1));
+        assert_ne!(RingStateWord::taken(3, 0), RingStateWord::taken(4, 0));
+    }
+
+    #[test]
+    fn reader_words_round_trip_their_halves() {
+        assert!(ReaderWord::FREE.is_free());
+        for (pid, start) in [(1, 0), (4_194_304, u64::MAX), (u32::MAX, 0x1_2345_6789)] {
+            let w = ReaderWord::held(pid, start);
+            assert!(!w.is_free());
+            assert_eq!(
+                ReaderWord::from_bits(w.bits()).decode(),
+                (pid, start as u32)
+            );
+        }
+        assert_eq!(ReaderWord::held(7, 9).bits(), 7 << 32 | 9);
+    }
+
+    #[test]
+    fn entry_kinds_are_two_flags() {
+        assert_eq!(entry_kind::VOID, 0);
+        assert_eq!(entry_kind::CLOSED & 1, 1);
+        assert_eq!(entry_kind::CORRUPT, entry_kind::CLOSED | 2);
     }
 }

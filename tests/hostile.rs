@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 mod common;
 
 use common::Rng;
-use edgemark::export::{self, Format};
+use edgemark::prometheus::{self, Format};
 use edgemark::{
     AttachError, AttachOptions, Edge, Event, Event::*, Mark, Outcome, Recorder, RequestState,
     SweepError, Token,
@@ -106,7 +106,7 @@ fn exercise(rec: &Recorder) -> (usize, bool) {
         );
     }
     let _ = rec.reclaim_where(|_| true, |_| true);
-    let _ = export::render(rec, Format::OpenMetrics);
+    let _ = prometheus::render(rec, Format::OpenMetrics);
     // The ring of closed requests, garbage included: whatever it holds is
     // taken, lost or pending, never a panic; a pending claim is skipped.
     let mut closed = Vec::new();
@@ -383,7 +383,7 @@ fn a_file_shrunk_under_a_reader_fails_its_sweeps_instead_of_faulting() {
     let mut called = false;
     assert!(reader.for_each_open(|_, _| called = true).is_err());
     assert!(!called);
-    let text = export::render(&reader, Format::OpenMetrics);
+    let text = prometheus::render(&reader, Format::OpenMetrics);
     assert!(text.contains("edgemark_region_ok 0"), "{text}");
     assert!(!text.contains("edgemark_open_requests"));
     // Attaching now is refused outright.

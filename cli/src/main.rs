@@ -383,7 +383,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let rec = b.create(&path)?;
             let info = rec.info().expect("an enabled recorder");
             outln!(
-                "created {} ({} bytes, {} slots, region {:016x})",
+                "created {} ({} bytes, {} slots, region {})",
                 path.display(),
                 info.bytes,
                 info.slots,
@@ -466,13 +466,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let trust = Trust {
                         allow_foreign_owner: trust.allow_foreign_owner,
                     };
-                    let drainer = attach_for_export(&path, trust)?;
+                    let drainer = attach_clockless(&path, trust)?;
                     let again = path.clone();
                     let e = edgemark_otlp::Exporter::start(
                         config.clone(),
                         drainer,
                         path.clone(),
-                        Box::new(move || attach_for_export(&again, trust).map_err(Into::into)),
+                        Box::new(move || attach_clockless(&again, trust).map_err(Into::into)),
                         serve_for,
                         Some(Box::new(|signal| {
                             eprintln!("edgemark: export stopped by {signal}");
@@ -519,7 +519,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             remove_if_abandoned,
             trust,
         } => {
-            let rec = attach_for_reclaim(&path, trust)?;
+            let rec = attach_clockless(&path, trust)?;
             let r = if judge_pids {
                 rec.reclaim_dead_owners_in_this_namespace()
             } else {
@@ -616,18 +616,12 @@ fn attach_for_reading(path: &Path) -> Result<Viewer> {
         .map_err(|e| named(path, e))
 }
 
-/// Attach to export closed requests: takes them from the region's ring
-/// (which writes its read cursor), never reads the clock.
-fn attach_for_export(path: &Path, trust: Trust) -> Result<Recorder> {
-    trust
-        .options()
-        .allow_foreign_clock(true)
-        .attach(path)
-        .map_err(|e| named(path, e))
-}
-
-/// Attach to reclaim: writes, but never reads the clock.
-fn attach_for_reclaim(path: &Path, trust: Trust) -> Result<Recorder> {
+/// Attach to write without reading the clock: to export closed requests
+/// (taking them from the region's ring writes its read cursor, its
+/// entries' states and its reader table) and to reclaim. Neither begins a
+/// request nor records in `host_monotonic`, so a region of another boot or
+/// time namespace is no reason to refuse.
+fn attach_clockless(path: &Path, trust: Trust) -> Result<Recorder> {
     trust
         .options()
         .allow_foreign_clock(true)
@@ -678,71 +672,27 @@ fn pids_text(info: &edgemark::report::RegionInfo) -> String {
 }
 
 fn inspect(rec: &Viewer, json: bool) -> Result<()> {
-    rec.check()
-        .context("the region changed under this process")?;
-    let info = rec.info().expect("an enabled recorder");
-    let schema = rec.schema().expect("an enabled recorder");
-    let counters = rec.counters();
-    let ring = rec.closed_ring().unwrap_or_default();
+    let report = rec
+        .report()
+        .context("the region changed under this process")?
+        .expect("an enabled recorder");
     let open = rec
         .snapshot_open()
         .context("the region changed under this process")?;
     if json {
-        let v = serde_json::json!({
-            "region_id": format!("{:016x}", info.region_id),
-            "bytes": info.bytes,
-            "slots": info.slots,
-            "segments": info.segments,
-            "slot_stride": info.slot_stride,
-            "edges": rec.edges().iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-            "events": schema.events().iter().map(|e| serde_json::json!({
-                "name": e.name(),
-                "domain": schema.domain_name(e.domain()),
-                "keeps_chunk_seq": e.keeps_chunk_seq(),
-            })).collect::<Vec<_>>(),
-            "domains": schema.domains(),
-            "clock": {
-                "boot_id": format!("{:032x}", info.clock.boot_id),
-                "time_namespace": info.clock.time_namespace,
-                "kind": info.clock_kind.name(),
-                "shared_with_this_process": info.shares_clock,
-            },
-            "created_unix_ns": info.created_unix_ns,
-            "creator_pid": info.creator_pid,
-            "group_access": info.group_access,
-            "pid_namespaces": {
-                "mixed": info.mixed_pid_namespaces,
-                "pids_judged": info.pids_unjudged.is_none(),
-                "why_not_judged": info.pids_unjudged.map(|w| w.name()),
-            },
-            "refused": counters.refused.iter().map(|(o, n)| (o.name().to_owned(), serde_json::Value::from(*n))).collect::<serde_json::Map<String, serde_json::Value>>(),
-            "dropped_segments": counters.dropped_segments,
-            "closed_ring": {
-                "entries": info.ring_entries,
-                "entry_bytes": info.ring_stride,
-                "closed_requests": counters.closed_requests,
-                "lost": counters.closed_lost,
-                "unread": ring.unread,
-                "unacknowledged": ring.unacknowledged,
-                "readers": ring.readers,
-                "acknowledged": counters.closed_acknowledged,
-                "given_up": {
-                    "queue_full": counters.closed_given_up.queue_full,
-                    "retries_exhausted": counters.closed_given_up.retries_exhausted,
-                    "refused": counters.closed_given_up.refused,
-                },
-                "overwritten_taken": counters.closed_overwritten_taken,
-                "settled_overwritten": counters.closed_settled_overwritten,
-            },
-            "bad_trace_contexts": counters.bad_trace_contexts,
-            "open_requests": open.len(),
-            "free_slots": u64::from(info.slots) - open.len() as u64,
-            "open": open.iter().map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s})).collect::<Vec<_>>(),
-        });
+        // The region's report, in the library's one encoding of it, then
+        // the open requests.
+        let mut v = serde_json::to_value(&report)?;
+        v["open"] = serde_json::Value::Array(
+            open.iter()
+                .map(|(t, s)| serde_json::json!({"token": t.to_string(), "snapshot": s}))
+                .collect(),
+        );
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    outln!("region     {:016x}", info.region_id);
+    let (info, counters) = (&report.info, &report.counters);
+    outln!("region     {}", info.region_id);
     outln!(
         "geometry   {} slots x {} bytes, {} segments kept per edge, {} bytes in all",
         info.slots,
@@ -750,21 +700,21 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
         info.segments,
         info.bytes
     );
-    let edges: Vec<String> = rec.edges().iter().map(|e| e.to_string()).collect();
+    let edges: Vec<String> = info.edges.iter().map(|e| e.to_string()).collect();
     outln!("edges      {}", edges.join(", "));
-    for e in schema.events() {
+    for e in &info.events {
         outln!(
             "event      {} ({}{})",
-            e.name(),
-            schema.domain_name(e.domain()).unwrap_or("?"),
-            if e.keeps_chunk_seq() {
+            e.name,
+            e.domain,
+            if e.keeps_chunk_seq {
                 ", keeps chunk seq"
             } else {
                 ""
             }
         );
     }
-    outln!("domains    {}", schema.domains().join(", "));
+    outln!("domains    {}", info.domains.join(", "));
     outln!(
         "clock      {}, boot {:032x}, time namespace {} ({})",
         info.clock_kind,
@@ -777,11 +727,11 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
         }
     );
     outln!("creator    pid {}", info.creator_pid);
-    outln!("pids       {}", pids_text(&info));
+    outln!("pids       {}", pids_text(info));
     outln!(
         "occupancy  {} open, {} free",
-        open.len(),
-        u64::from(info.slots) - open.len() as u64
+        report.occupancy.open_requests,
+        report.occupancy.free_slots
     );
     outln!("dropped    {} segments", counters.dropped_segments);
     outln!(
@@ -790,8 +740,8 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
          and not settled (lost if it died)",
         info.ring_entries,
         info.ring_stride,
-        ring.unread,
-        ring.unacknowledged,
+        report.occupancy.closed_unread,
+        report.occupancy.closed_unacknowledged,
         counters.closed_acknowledged,
         counters.closed_lost,
         counters.closed_given_up.total(),

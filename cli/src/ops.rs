@@ -211,10 +211,10 @@ pub(crate) fn run(rec: &Recorder, op: Op, in_batch: bool) -> Result<String> {
                 // The library's close is idempotent and says only "gone";
                 // a person closing by hand is told which mistake it was.
                 RequestState::Gone => {
-                    let here = rec.info().map_or(0, |i| i.region_id);
+                    let here = rec.info().map(|i| i.region_id).unwrap_or_default();
                     if a.token.region_id() != here {
                         bail!(
-                            "foreign region: token {} is of region {:016x}, and this is region {here:016x}",
+                            "foreign region: token {} is of region {}, and this is region {here}",
                             a.token,
                             a.token.region_id()
                         );

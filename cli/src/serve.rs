@@ -1,6 +1,6 @@
 //! The `/metrics` server of `edgemark export`: hyper's HTTP/1 server on a
 //! single-threaded tokio runtime, answering with
-//! [`edgemark::export::render`].
+//! [`edgemark::prometheus::render`].
 //!
 //! A connection costs one task, not a thread, so idle or slow clients hold
 //! little. Each is bounded: its request head must arrive within
@@ -17,7 +17,7 @@
 //! path is still the one attached (its device and inode: one `stat`); a
 //! replaced file is attached anew, and a missing or unreadable one is served
 //! as `edgemark_region_ok 0`. The scrape itself checks the file's length
-//! before and after its reads ([`export::render_with`]: two `fstat`s); a
+//! before and after its reads ([`prometheus::render_with`]: two `fstat`s); a
 //! file found shrunk under its mapping is attached again once it is whole.
 
 use edgemark_otlp::follow::file_identity as identity;
@@ -31,7 +31,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use edgemark::export::{self, Format, ServerCounter};
+use edgemark::prometheus::{self, Format, ServerCounter};
 use edgemark::{SweepError, Viewer};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -135,14 +135,14 @@ impl Source {
                 };
                 match (self.reopen)() {
                     Ok(rec) => {
-                        let new = rec.info().map_or(0, |i| i.region_id);
+                        let new = rec.info().map(|i| i.region_id).unwrap_or_default();
                         *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                         match old {
                             Some(old) => eprintln!(
-                                "edgemark: {p}: another file replaced region {old:016x}; now serving region {new:016x}"
+                                "edgemark: {p}: another file replaced region {old}; now serving region {new}"
                             ),
                             None => eprintln!(
-                                "edgemark: {p}: a region is there again; now serving region {new:016x}"
+                                "edgemark: {p}: a region is there again; now serving region {new}"
                             ),
                         }
                         *shown = Shown::Region(rec, Some(now));
@@ -185,46 +185,19 @@ impl Source {
         // First: it counts a replacement it finds.
         let rec = self.current();
         let replaced = *self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-        // The ring of closed requests as the region counts it, with or
-        // without a reader.
-        let c = rec.as_ref().map(|r| r.counters()).unwrap_or_default();
-        let served = [
-            ServerCounter::new(
-                "edgemark_closed_lost",
-                "Closed requests the ring overwrote (or found torn) before any reader took them",
-                c.closed_lost,
-            ),
-            ServerCounter::new(
-                "edgemark_closed_acknowledged",
-                "Closed requests a registered reader acknowledged (its receiver has them)",
-                c.closed_acknowledged,
-            ),
-            ServerCounter::new(
-                "edgemark_closed_given_up",
-                "Closed requests a registered reader took and gave up on (queue full, retries, refused)",
-                c.closed_given_up.total(),
-            ),
-            ServerCounter::new(
-                "edgemark_closed_overwritten_unsettled",
-                "Closed requests the ring overwrote while a reader held them unacknowledged, \
-                 not settled since (lost if that reader died)",
-                c.closed_overwritten_taken
-                    .saturating_sub(c.closed_settled_overwritten),
-            ),
-            ServerCounter::new(
-                "edgemark_region_replaced",
-                "Times the exporter found another file at its region's path and attached it",
-                replaced,
-            ),
-        ];
+        let served = [ServerCounter::new(
+            "edgemark_region_replaced",
+            "Times the exporter found another file at its region's path and attached it",
+            replaced,
+        )];
         let mut body = String::new();
-        let read = export::render_with(rec.as_ref(), &served, format, &mut body);
+        let read = prometheus::render_with(rec.as_ref(), &served, format, &mut body);
         if matches!(read, Err(SweepError::Shrunk))
             && let Some(again) = self.reattach()
         {
             body.clear();
             // What this read finds is in the text.
-            let _ = export::render_with(Some(&again), &served, format, &mut body);
+            let _ = prometheus::render_with(Some(&again), &served, format, &mut body);
         }
         if let Some(otlp) = &self.otlp {
             // The OTLP exporter's counters, before OpenMetrics' end.

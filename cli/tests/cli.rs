@@ -987,3 +987,173 @@ fn begin_takes_a_traceparent_and_traceparent_prints_the_requests_own() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not open"));
 }
+
+/// The region's report has one encoding: `inspect --json` prints the
+/// library's `RegionReport` key by key, and the Prometheus text shows its
+/// counters and occupancy under the same values. (Python's
+/// `Region.report()` is checked against `inspect --json` in
+/// python/tests/test_report.py.)
+#[test]
+fn inspect_json_and_the_scrape_say_what_the_report_says() {
+    use edgemark::prometheus::{self, Format};
+    use edgemark::{Edge, Event, GiveUp, Mark, Recorder};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    let rec = Recorder::builder()
+        .edge(0, 1)
+        .edge(1, 2)
+        .slots(8)
+        .segments(2)
+        .closed_entries(2)
+        .domain("gpu")
+        .create(&path)
+        .unwrap();
+    let e01 = Edge::new(0, 1);
+    // A closed request, a late record for it, a refused value, a dropped
+    // segment, a registered domain, a malformed trace context, and more
+    // closes than the ring holds, drained so that the loss is counted.
+    let done = rec.begin().unwrap();
+    rec.record(
+        done,
+        Mark::new(e01, Event::ProducerFirstNonemptyEmit).chunk_seq(1),
+    );
+    rec.close(done);
+    rec.record(done, Mark::new(e01, Event::EdgeFirstSendComplete));
+    let open = rec.begin().unwrap();
+    rec.record_elapsed(
+        open,
+        Mark::new(e01, Event::ConsumerFirstAccept),
+        -1.0,
+        "gpu",
+    );
+    rec.record_elapsed(
+        open,
+        Mark::new(e01, Event::ConsumerFirstAccept),
+        1.0,
+        "late",
+    );
+    for s in 1..=3 {
+        rec.start_segment(open, e01, s);
+    }
+    rec.begin_with_traceparent("00-not-a-trace").unwrap();
+    for _ in 0..3 {
+        rec.close(rec.begin().unwrap());
+    }
+    let mut drained = Vec::new();
+    rec.drain_closed(16, &mut drained).unwrap();
+    // A registered reader: two requests given up (retries, refused), two
+    // overwritten while it held them and settled after all (one
+    // acknowledged, one given up as its queue was full), then one taken
+    // and not yet settled beside one not yet taken. It stays registered.
+    let reader = rec.closed_reader().unwrap();
+    let take = |n: usize| {
+        let mut out = Vec::new();
+        reader.take(n, &mut out).unwrap();
+        assert_eq!(out.len(), n);
+        out.iter().map(|c| c.claim()).collect::<Vec<_>>()
+    };
+    let close_two = || {
+        for _ in 0..2 {
+            rec.close(rec.begin().unwrap());
+        }
+    };
+    close_two();
+    let held = take(2);
+    assert!(reader.give_up(held[0], GiveUp::RetriesExhausted));
+    assert!(reader.give_up(held[1], GiveUp::Refused));
+    close_two();
+    let held = take(2);
+    close_two();
+    assert!(!reader.acknowledge(held[0]));
+    assert!(!reader.give_up(held[1], GiveUp::QueueFull));
+    take(1);
+
+    let report = rec.report().unwrap().unwrap();
+    let c = &report.counters;
+    assert!(c.closed_lost > 0 && c.dropped_segments > 0 && c.bad_trace_contexts == 1);
+    assert_eq!(report.occupancy.open_requests, 2);
+    let g = c.closed_given_up;
+    assert_eq!(
+        (
+            c.closed_acknowledged,
+            g.queue_full,
+            g.retries_exhausted,
+            g.refused
+        ),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(
+        (c.closed_overwritten_taken, c.closed_settled_overwritten),
+        (2, 2)
+    );
+    let o = &report.occupancy;
+    assert_eq!(
+        (o.closed_unread, o.closed_unacknowledged, o.closed_readers),
+        (1, 1, 1)
+    );
+    let expected = serde_json::to_value(&report).unwrap();
+
+    let mut inspect: Value =
+        serde_json::from_slice(&edgemark(&["inspect", path.to_str().unwrap(), "--json"]).stdout)
+            .unwrap();
+    assert_eq!(inspect["open"].as_array().unwrap().len(), 2);
+    inspect.as_object_mut().unwrap().remove("open");
+    let (got, want) = (inspect.as_object().unwrap(), expected.as_object().unwrap());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (k, v) in want {
+        assert_eq!(&got[k], v, "inspect --json {k}");
+    }
+    assert_eq!(
+        got["domains"],
+        serde_json::json!(["host_monotonic", "gpu", "late"])
+    );
+    assert_eq!(got["clock"]["shared_with_this_process"], true);
+
+    let text = prometheus::render(&rec, Format::Text);
+    let sample = |line: &str| -> u64 {
+        let hits: Vec<u64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(line)?.strip_prefix(' ')?.parse().ok())
+            .collect();
+        assert_eq!(hits.len(), 1, "{line} in\n{text}");
+        hits[0]
+    };
+    for (o, n) in &c.refused {
+        let line = format!("edgemark_refused_records_total{{reason=\"{}\"}}", o.name());
+        assert_eq!(sample(&line), *n, "{line}");
+        assert_eq!(want["refused"][o.name()], *n);
+    }
+    for (reason, n) in g.by_reason() {
+        let line = format!("edgemark_closed_given_up_total{{reason=\"{reason}\"}}");
+        assert_eq!(sample(&line), n, "{line}");
+        assert_eq!(want["closed_given_up"][reason], n);
+    }
+    for (family, key) in [
+        ("edgemark_closed_requests_total", "closed_requests"),
+        ("edgemark_reclaimed_requests_total", "reclaimed_requests"),
+        ("edgemark_dropped_segments_total", "dropped_segments"),
+        ("edgemark_closed_lost_total", "closed_lost"),
+        ("edgemark_closed_acknowledged_total", "closed_acknowledged"),
+        (
+            "edgemark_closed_overwritten_taken_total",
+            "closed_overwritten_taken",
+        ),
+        (
+            "edgemark_closed_settled_overwritten_total",
+            "closed_settled_overwritten",
+        ),
+        ("edgemark_bad_trace_contexts_total", "bad_trace_contexts"),
+        ("edgemark_open_requests", "open_requests"),
+        ("edgemark_free_slots", "free_slots"),
+        ("edgemark_closed_unread", "closed_unread"),
+        ("edgemark_closed_unacknowledged", "closed_unacknowledged"),
+        ("edgemark_closed_readers", "closed_readers"),
+    ] {
+        assert_eq!(Some(sample(family)), want[key].as_u64(), "{family}");
+    }
+    drop(reader);
+}

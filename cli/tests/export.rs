@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use edgemark::export::{self, Format};
+use edgemark::prometheus::{self, Format};
 use edgemark::{Edge, Event::*, Mark, Recorder};
 use http::{Exporter, http_get};
 use serde_json::Value;
@@ -142,7 +142,7 @@ fn the_encoding_runs_in_the_owners_process_and_sees_new_closes() {
         .create_in_memory()
         .unwrap();
     let t = rec.begin().unwrap();
-    let text = export::render(&rec, Format::OpenMetrics);
+    let text = prometheus::render(&rec, Format::OpenMetrics);
     assert_eq!(sample(&text, "edgemark_open_requests"), 1.0);
     assert_eq!(sample(&text, "edgemark_free_slots"), 3.0);
     rec.record_elapsed(
@@ -156,7 +156,7 @@ fn the_encoding_runs_in_the_owners_process_and_sees_new_closes() {
         Mark::new(Edge::new(0, 1), ConsumerFirstAccept).segment(3),
     );
     rec.close(t);
-    let text = export::render(&rec, Format::OpenMetrics);
+    let text = prometheus::render(&rec, Format::OpenMetrics);
     assert!(text.ends_with("# EOF\n"));
     assert!(text.contains("# UNIT edgemark_boundary_elapsed_seconds seconds\n"));
     let labels = "{edge=\"0->1\",event=\"producer_first_nonempty_emit\"}";
@@ -177,7 +177,7 @@ fn the_encoding_runs_in_the_owners_process_and_sees_new_closes() {
         (0.0, 1.0)
     );
     // The classic text differs only where its format does.
-    let classic = export::render(&rec, Format::Text);
+    let classic = prometheus::render(&rec, Format::Text);
     assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
     assert!(classic.contains(
         "# HELP edgemark_closed_requests_total Requests closed\n\

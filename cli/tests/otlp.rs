@@ -570,9 +570,9 @@ fn a_collector_stopped_and_restarted_blocks_nothing_and_loses_nothing_the_ring_h
         let log = rotel.log();
         down.iter().all(|t| log.contains(t.as_str())).then_some(())
     });
-    let ring = closed_ring(&region);
-    assert_eq!(ring["lost"], 0, "{ring}");
-    assert_eq!(ring["given_up"]["queue_full"], 0, "{ring}");
+    let ring = region_report(&region);
+    assert_eq!(ring["closed_lost"], 0, "{ring}");
+    assert_eq!(ring["closed_given_up"]["queue_full"], 0, "{ring}");
     wait_for("the collector counted up again", || {
         (metric(metrics, "edgemark_otlp_collector_up") == 1.0).then_some(())
     });
@@ -1064,16 +1064,18 @@ impl WaitOwned for Proc {
 // yet acknowledged, while the collector is up, down or paused (slow: its
 // socket takes the post, and no answer comes).
 
-/// The `closed_ring` object of `edgemark inspect --json`.
-fn closed_ring(region: &Path) -> Value {
+/// The region's report as `edgemark inspect --json` prints it, without its
+/// open requests.
+fn region_report(region: &Path) -> Value {
     let out = run(&["inspect", region.to_str().unwrap(), "--json"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["closed_ring"].clone()
+    let mut v: Value = serde_json::from_str(&out).unwrap();
+    v.as_object_mut().unwrap().remove("open");
+    v
 }
 
 /// Closed requests the region counts.
 fn closed_requests(region: &Path) -> u64 {
-    let ring = closed_ring(region);
+    let ring = region_report(region);
     ring["closed_requests"]
         .as_u64()
         .unwrap_or_else(|| panic!("closed_requests in {ring}"))
@@ -1155,10 +1157,10 @@ fn an_exporter_stopped_with(sig: rustix::process::Signal, collector: Collector) 
             );
         }
     }
-    let ring = closed_ring(&region);
-    assert_eq!(ring["lost"], 0, "{ring}");
+    let ring = region_report(&region);
+    assert_eq!(ring["closed_lost"], 0, "{ring}");
     if collector != Collector::Up {
-        assert_eq!(ring["unacknowledged"], 20, "{ring}");
+        assert_eq!(ring["closed_unacknowledged"], 20, "{ring}");
     }
     match collector {
         Collector::Down => rotel = Some(start_rotel(&bin, dir.path(), port, 1)),
@@ -1182,16 +1184,16 @@ fn an_exporter_stopped_with(sig: rustix::process::Signal, collector: Collector) 
             .then_some(())
     });
     let ring = wait_for("every request acknowledged", || {
-        let r = closed_ring(&region);
-        (r["acknowledged"] == 25).then_some(r)
+        let r = region_report(&region);
+        (r["closed_acknowledged"] == 25).then_some(r)
     });
     assert_eq!(closed_requests(&region), 25);
     assert_eq!(
         (
-            &ring["lost"],
-            &ring["unread"],
-            &ring["unacknowledged"],
-            &ring["overwritten_taken"]
+            &ring["closed_lost"],
+            &ring["closed_unread"],
+            &ring["closed_unacknowledged"],
+            &ring["closed_overwritten_taken"]
         ),
         (
             &Value::from(0),
@@ -1201,7 +1203,7 @@ fn an_exporter_stopped_with(sig: rustix::process::Signal, collector: Collector) 
         ),
         "{ring}"
     );
-    assert_eq!(ring["given_up"]["refused"], 0, "{ring}");
+    assert_eq!(ring["closed_given_up"]["refused"], 0, "{ring}");
     if collector != Collector::Up {
         let said = std::fs::read_to_string(&second_err).unwrap();
         assert!(
@@ -1315,7 +1317,7 @@ fn a_request_sent_twice_is_one_span_each_in_phoenix() {
     let (mut second, _) =
         start_exporter_logging_to(&region, &url, &dir.path().join("second.err"), &envs);
     wait_for("the three requests acknowledged", || {
-        (closed_ring(&region)["acknowledged"] == 3).then_some(())
+        (region_report(&region)["closed_acknowledged"] == 3).then_some(())
     });
     // A marker after the resend: once Phoenix shows it, it has taken in
     // both copies of the three.

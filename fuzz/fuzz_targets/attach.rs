@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     }
     while rec.begin().is_ok() {}
     let _ = rec.reclaim_where(|_| true, |_| true);
-    let _ = edgemark::export::render(&rec, edgemark::export::Format::Text);
+    let _ = edgemark::prometheus::render(&rec, edgemark::prometheus::Format::Text);
 });
 
 fn keys_len(s: &edgemark::Snapshot) -> usize {

@@ -26,7 +26,7 @@ impl Naming {
         Naming {
             region: rec
                 .info()
-                .map_or_else(String::new, |i| format!("{:016x}", i.region_id)),
+                .map_or_else(String::new, |i| i.region_id.to_string()),
             spans_per_request: 1 + rec.edges().len()
                 * rec.info().map_or(1, |i| i.segments as usize),
         }

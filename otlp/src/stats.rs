@@ -1,10 +1,10 @@
 //! The exporter's counters, served on `/metrics` beside the region's and
 //! encoded by prometheus-client, as the region's are
-//! ([`edgemark::export`]).
+//! ([`edgemark::prometheus`]).
 
 use std::sync::Mutex;
 
-use edgemark::export::Format;
+use edgemark::prometheus::Format;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
@@ -85,7 +85,7 @@ struct Encoded {
 impl Encoded {
     /// A counter family's name in the HELP and TYPE lines: OpenMetrics
     /// names it without the `_total` its samples end in, the classic text
-    /// format as its samples (as `edgemark::export` does).
+    /// format as its samples (as `edgemark::prometheus` does).
     fn family(&self, name: &str) -> String {
         match self.format {
             Format::OpenMetrics => name.to_owned(),

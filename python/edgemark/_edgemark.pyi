@@ -229,13 +229,28 @@ class Region:
         """Tokens of every open request (a sweep, without the GIL)."""
     def snapshot_open(self) -> List[Tuple[Token, _Snapshot]]:
         """Snapshots of every open request (a sweep, without the GIL)."""
-    def reclaim_dead_owners(self) -> Dict[str, int]:
+    def reclaim_dead_owners(self) -> Dict[str, Any]:
         """Frees the slots of dead processes: ``{"dead_owners", "dead_holders",
-        "unjudged"}`` (``unjudged``: why no pid was judged, or ``None``)."""
+        "unjudged", "live_owners_locked"}`` (``unjudged``: why no pid was
+        judged, or ``None``)."""
+    def report(self) -> Optional[Dict[str, Any]]:
+        """Everything the region says about itself, as ``edgemark inspect
+        --json`` prints it: ``info()``'s keys but ``path``, ``counters()``'s,
+        ``open_requests``, ``free_slots``, ``closed_unread``,
+        ``closed_unacknowledged`` and ``closed_readers``; ``None`` when
+        disabled."""
     def counters(self) -> Dict[str, Any]:
-        """Refused records by outcome, dropped segments, closed and reclaimed requests."""
+        """``refused`` (by outcome), ``dropped_segments``, ``closed_requests``,
+        ``reclaimed_requests``, ``closed_lost``, ``closed_acknowledged``,
+        ``closed_given_up`` (by reason), ``closed_overwritten_taken``,
+        ``closed_settled_overwritten``, ``bad_trace_contexts``."""
     def info(self) -> Optional[Dict[str, Any]]:
-        """The region's geometry and identity; ``None`` when disabled."""
+        """The region's geometry, identity and schema (``path``, ``region_id``,
+        ..., ``clock``: ``{"kind", "boot_id", "time_namespace",
+        "shared_with_this_process"}``, ``pid_namespaces``, ``closed_ring``);
+        ``None`` when disabled. The former keys ``shares_clock``,
+        ``mixed_pid_namespaces`` and ``pids_unjudged`` answer with a
+        ``DeprecationWarning`` for one release."""
     @property
     def enabled(self) -> bool: ...
     @property

@@ -10,9 +10,10 @@
 //! `edgemark.stream_edge` is the drop-in for the upstream stream-edge
 //! module.
 //!
-//! The binding keeps the core's contract (brief S10): runtime conditions are
-//! outcomes, never exceptions. Only programmer and configuration errors
-//! raise, and they raise where they are made: a bad path or file at
+//! The binding keeps the core's contract (fail open, as `edgemark::Outcome`
+//! states it): runtime conditions are outcomes, never exceptions. Only
+//! programmer and configuration errors raise, and they raise where they are
+//! made: a bad path or file at
 //! `create`/`attach` (`OSError`, `ValueError`), an event name that is not in
 //! the region's schema (`ValueError`), a negative stage, segment or chunk
 //! sequence (`ValueError`), an argument of the wrong type (`TypeError`).

@@ -121,7 +121,7 @@ impl PyToken {
     /// The ID of the region the token belongs to.
     #[getter]
     fn region_id(&self) -> u64 {
-        self.0.region_id()
+        self.0.region_id().get()
     }
 
     fn __str__(&self) -> String {

@@ -26,9 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Stage:
     """A stage process, driven one JSON command at a time."""
 
-    def __init__(self, stage_id: int, worker_type: str, *mode: str) -> None:
+    def __init__(self, stage_id: int, worker_type: str, *mode: str, script: str = "_vllm_omni_stage.py") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "_vllm_omni_stage.py"), str(stage_id), worker_type, *mode],
+            [sys.executable, os.path.join(HERE, script), str(stage_id), worker_type, *mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -169,10 +169,9 @@ class Server:
         out = self.api._process_single_result(result, stage_id, metrics, {}, time.time(), stage_id)
         return out.metrics
 
-    def snapshot(self, state) -> dict:
-        from edgemark import vllm_omni
-
-        return vllm_omni._owner.region.snapshot(state._edgemark_token)
+    def snapshot(self, rid: str) -> dict:
+        owner = owner_of_this_process()
+        return owner.region.snapshot(owner.tokens[rid])
 
     def cleanup(self, rid: str) -> dict:
         state = self.api.request_states[rid]
@@ -185,14 +184,32 @@ class Server:
         return state.stream_edge_metrics
 
 
-def targets():
+def owner_of_this_process():
     from edgemark import vllm_omni
 
-    out = {}
-    for t in vllm_omni._TARGETS:
-        mod = __import__(t.module, fromlist=[t.cls])
-        out[f"{t.cls}.{t.attr}"] = id(getattr(mod, t.cls).__dict__.get(t.attr))
-    return out
+    return vllm_omni.instrumentor.recording.owner
+
+
+def every_target():
+    from edgemark import vllm_omni
+
+    return vllm_omni.instrumentor.targets() + vllm_omni.instrumentor.optional_targets()
+
+
+def current(t):
+    """The function at a target's place now (``None`` if there is none)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(t.module)
+    except ImportError:
+        return None
+    owner = mod if t.cls is None else getattr(mod, t.cls, None)
+    return None if owner is None else owner.__dict__.get(t.attr)
+
+
+def targets():
+    return {t.name: id(current(t)) for t in every_target()}
 
 
 def roundtrip() -> bool:
@@ -265,12 +282,12 @@ def scenario_main() -> dict:
         consumer(op="wait", rid="req-A", chunks=1)
         server.route(1, "req-A", [7])
         result["A_response"] = server.respond(1, "req-A", [7])
-        result["A_first"] = server.snapshot(server.api.request_states["req-A"])
+        result["A_first"] = server.snapshot("req-A")
         producer(op="send", rid="req-A", kind="data")
         consumer(op="wait", rid="req-A", chunks=2)
         server.route(1, "req-A", [8])
         result["A"] = server.cleanup("req-A")
-        result["A_after_close"] = result["A"] == {} or "req-A" not in vllm_omni._owner.tokens
+        result["A_after_close"] = "req-A" not in owner_of_this_process().tokens
 
         # B: an empty terminal payload, then an empty output.
         server.begin("req-B")
@@ -318,12 +335,214 @@ def scenario_main() -> dict:
         server.route(2, "req-F", [5])
         result["F"] = server.cleanup("req-F")
 
-        result["open_after"] = len(vllm_omni._owner.region.open_requests())
-        result["region"] = vllm_omni._owner.path
+        result["open_after"] = len(owner_of_this_process().region.open_requests())
+        result["region"] = owner_of_this_process().path
     finally:
         for s in stages:
             s.stop()
     return result
+
+
+def adapter_stage(stage_id: int) -> Stage:
+    """A stage process on the adapter path (``_vllm_omni_adapter_stage.py``)."""
+    return Stage(stage_id, "ar", script="_vllm_omni_adapter_stage.py")
+
+
+def scenario_adapter() -> dict:
+    """The default transport: chunks through the scheduler's transfer adapter."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    server = Server()
+    producer, consumer = adapter_stage(0), adapter_stage(1)
+    result = {}
+    try:
+        result["stages_instrumented"] = [producer.ready()["instrumented"], consumer.ready()["instrumented"]]
+
+        # A: a step with content, its chunk through the adapter, an output;
+        # then a second chunk and output, which change nothing.
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        result["A_puts"] = producer(op="save", rid="req-A", kind="data")["puts"]
+        result["A_admitted"] = consumer(op="wait", rid="req-A")["admitted"]
+        server.route(1, "req-A", [7])
+        result["A_first"] = server.snapshot("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="save", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A")
+        server.route(1, "req-A", [8])
+        result["A"] = server.cleanup("req-A")
+
+        # E: steps with no output, then the request finishes with an empty
+        # terminal chunk (the processor built no payload): nothing recorded.
+        server.begin("req-E")
+        consumer(op="register", rid="req-E")
+        producer(op="save", rid="req-E", kind="empty")
+        result["E_puts"] = producer(op="save", rid="req-E", kind="empty", finished=True)["puts"]
+        result["E_admitted"] = consumer(op="wait", rid="req-E")["admitted"]
+        result["E"] = server.cleanup("req-E")
+
+        # A again, after both stages freed it: a new instance records its own.
+        producer(op="free", rid="req-A")
+        consumer(op="free", rid="req-A")
+        server.begin("req-A")
+        consumer(op="register", rid="req-A")
+        producer(op="save", rid="req-A", kind="data")
+        consumer(op="wait", rid="req-A")
+        server.route(1, "req-A", [9])
+        result["A2"] = server.cleanup("req-A")
+        result["open_after"] = len(owner_of_this_process().region.open_requests())
+    finally:
+        producer.stop()
+        consumer.stop()
+    return result
+
+
+def scenario_override() -> dict:
+    """A runner whose receive helper is overridden on the instance (as a
+    test double or a subclass's set-up might): the override runs as often
+    with the plugin as without, and stays in place."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from vllm_omni.worker.omni_connector_model_runner_mixin import OmniConnectorModelRunnerMixin
+
+    sys.path.insert(0, HERE)
+    from _vllm_omni_stage import payload
+
+    class Runner(OmniConnectorModelRunnerMixin):
+        pass
+
+    def runner(stage):
+        r = Runner()
+        r.init_omni_connectors(
+            model_config=SimpleNamespace(
+                stage_connector_config={"name": "SharedMemoryConnector", "extra": {}},
+                async_chunk=True,
+                worker_type="ar",
+                custom_process_next_stage_input_func=None,
+                stage_id=stage,
+            )
+        )
+        return r
+
+    producer, consumer = runner(0), runner(1)
+    producer._custom_process_func = lambda transfer_manager, pooling_output, request: payload(pooling_output)
+    producer._custom_process_payload_kwarg = "pooling_output"
+    calls = []
+    bound = consumer._recv_async_chunk_result
+
+    def override(*args, **kwargs):
+        calls.append(1)
+        return bound(*args, **kwargs)
+
+    consumer._recv_async_chunk_result = override
+    rid = f"override-{os.getpid()}"
+    consumer.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
+    producer.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output="data")
+    deadline = time.monotonic() + 30
+    got = {}
+    while time.monotonic() < deadline and rid not in got:
+        got.update(consumer.recv_chunk())
+        time.sleep(0.01)
+    producer.shutdown_omni_connectors()
+    consumer.shutdown_omni_connectors()
+    return {
+        "received": rid in got,
+        "override_ran": len(calls) > 0,
+        "override_kept": consumer.__dict__.get("_recv_async_chunk_result") is override,
+        "instance_attrs": sorted(k for k in consumer.__dict__ if "edgemark" in k),
+    }
+
+
+def scenario_traced() -> dict:
+    """The API server hands each stage's engine request the request's trace
+    context: stage 0's through the engine's request message, the later
+    stages' through build_engine_core_request_from_tokens (the function as
+    the orchestrator and the duplex orchestrator each import it)."""
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from vllm.sampling_params import SamplingParams
+
+    from edgemark import vllm_omni
+    from vllm_omni.engine import duplex_orchestrator, orchestrator
+    from vllm_omni.engine.async_omni_engine import AsyncOmniEngine
+
+    server = Server()
+    server.begin("req-T")
+    seen = {}
+
+    def fake_build(self, request_id, *args, **kwargs):
+        # Stand-in for the engine's processing past the wrapper: what it got.
+        seen[request_id] = kwargs.get("trace_headers")
+        raise RuntimeError("stop here")
+
+    engine = object.__new__(AsyncOmniEngine)
+    # The installed wrapper, around a stand-in of what it wraps (the real
+    # one processes a whole prompt): the same wrapper code, made the same way.
+    from edgemark.vllm_omni import orchestrator as plugin_orch
+
+    probe = plugin_orch.wrap_add_request_message(fake_build, vllm_omni.instrumentor.recording)
+    incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    mine_before = vllm_omni.traceparent_of("req-T")
+    caller_headers = {"traceparent": incoming, "tracestate": "vendor=1"}
+    try:
+        probe(engine, "req-T", prompt=None, trace_headers=caller_headers)
+    except RuntimeError:
+        pass
+    mine = vllm_omni.traceparent_of("req-T")
+    later = {}
+    for name, module in (("orchestrator", orchestrator), ("duplex", duplex_orchestrator)):
+        request = module.build_engine_core_request_from_tokens(
+            request_id="req-T", prompt={"prompt_token_ids": [1, 2]}, params=SamplingParams(max_tokens=4)
+        )
+        later[name] = request.trace_headers
+    final = server.cleanup("req-T")
+    return {
+        "wrapped": hasattr(AsyncOmniEngine._build_add_request_message, "__wrapped__"),
+        "mine_before": mine_before,
+        "mine": mine,
+        "incoming": incoming,
+        "stage0": seen.get("req-T"),
+        "caller_headers_unchanged": caller_headers == {"traceparent": incoming, "tracestate": "vendor=1"},
+        "later": later,
+        "final": final,
+    }
+
+
+def scenario_small() -> dict:
+    """The region does not fit in /dev/shm (a container's 64 MiB, 65,536
+    slots asked for): one warning, nothing left patched, the server serves."""
+    handler = Warnings()
+    logging.getLogger("edgemark.vllm_omni").addHandler(handler)
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    from edgemark import vllm_omni
+    from vllm_omni.engine.orchestrator import OrchestratorBase
+
+    patched = vllm_omni.is_instrumented()
+    orch = object.__new__(OrchestratorBase)
+    try:
+        OrchestratorBase.__init__(orch, None, None, None, [])
+    except Exception:  # noqa: BLE001 - its own set-up needs a whole engine
+        pass
+    # vLLM-Omni's __init__ ran into our stand-in arguments; the wrapper runs
+    # after it only when it returns, so create the region as it would.
+    vllm_omni.instrumentor.recording.ensure_owner(3, 65536)
+    server = Server()
+    server.begin("req-S")
+    response = server.respond(1, "req-S", [7])
+    return {
+        "patched_before": patched,
+        "instrumented": vllm_omni.is_instrumented(),
+        "warnings": [m for m in handler.messages if m.startswith("edgemark")],
+        "response_keys": sorted(response),
+        "same": all(not hasattr(current(t), "__wrapped__") for t in every_target() if current(t) is not None),
+        "roundtrip": roundtrip(),
+        "region_exists": os.path.exists(os.environ[vllm_omni.ENV_REGION]),
+    }
 
 
 def scenario_kill() -> dict:
@@ -342,13 +561,13 @@ def scenario_kill() -> dict:
         consumer(op="wait", rid="req-K", chunks=1)
         os.kill(producer.proc.pid, signal.SIGKILL)
         producer.proc.wait(timeout=60)
-        before = server.snapshot(state)
+        before = server.snapshot("req-K")
         final = server.cleanup("req-K")
         return {
             "killed": producer.proc.returncode,
             "before": before,
             "final": final,
-            "open_after": len(vllm_omni._owner.region.open_requests()),
+            "open_after": len(owner_of_this_process().region.open_requests()),
         }
     finally:
         consumer.stop()
@@ -391,7 +610,9 @@ def _refused(change) -> dict:
 
 def scenario_version() -> dict:
     def change(plugin):
-        plugin._installed_version = lambda: "0.31.0"
+        from edgemark.vllm_omni import _instrumentor
+
+        _instrumentor.installed_version = lambda: "0.33.0"
 
     return _refused(change)
 
@@ -439,9 +660,8 @@ def scenario_twice() -> dict:
     vllm_omni.uninstrument()
     vllm_omni.uninstrument()
     restored = all(
-        getattr(__import__(t.module, fromlist=[t.cls]), t.cls).__dict__.get(t.attr).__name__ == t.attr
-        and not hasattr(getattr(__import__(t.module, fromlist=[t.cls]), t.cls).__dict__.get(t.attr), "__wrapped__")
-        for t in vllm_omni._TARGETS
+        current(t) is None or (current(t).__name__ == t.attr and not hasattr(current(t), "__wrapped__"))
+        for t in every_target()
     )
     return {"same": same, "child": os.waitstatus_to_exitcode(status), "restored": restored}
 

@@ -123,8 +123,8 @@ def test_record_outcome_takes_exactly_what_record_takes():
 
 
 def test_outcome_of_record_is_per_call_not_per_region():
-    # record_outcome reads back the outcome of its own call, whichever
-    # region or call ran before on the thread.
+    # record_outcome returns the outcome of its own call, whichever region
+    # or call ran before on the thread.
     a, b = Region.in_memory(), Region.in_memory()
     ta, tb = a.begin(), b.begin()
     assert a.record(ta, 0, 1, 0) is True
@@ -154,10 +154,17 @@ def _raised(call):
     raise AssertionError("no exception")
 
 
+def _as_record_outcome(record, args, kwargs=None):
+    """What ``record(*args, **kwargs)`` raised, as ``record_outcome`` would
+    say it: a message that names the method names the one called."""
+    kind, message, notes = _raised(lambda: record(*args, **(kwargs or {})))
+    return kind, message.replace("Region.record()", "Region.record_outcome()"), notes
+
+
 def test_record_outcome_raises_exactly_what_record_raises():
-    # Positional calls of four arguments take record_outcome's own path;
-    # the others go through record. Either way an error is record's own,
-    # message and note (which argument) included.
+    # record_outcome declares record's arguments and takes record's path:
+    # an error is record's own, message and note (which argument)
+    # included; a message that names the method names the one called.
     region = Region.in_memory()
     t = region.begin()
     bad = [
@@ -172,14 +179,13 @@ def test_record_outcome_raises_exactly_what_record_raises():
         (t, 0, 1, 0, True, None, 0, None, None, "extra"),
     ]
     for args in bad:
-        expected = _raised(lambda: region.record(*args))
-        assert _raised(lambda: region.record_outcome(*args)) == expected, args
+        assert _raised(lambda: region.record_outcome(*args)) == _as_record_outcome(region.record, args), args
     # A stage beyond 32 bits raises nothing: both refuse it the same way.
     big = (t, 0, 2**40, E.PRODUCER_FIRST_NONEMPTY_EMIT)
     assert region.record(*big) is False
     assert region.record_outcome(*big) == "unknown_edge"
     for kwargs in [dict(segment="0"), dict(meaningful=None), dict(bogus=1), dict(token=t)]:
-        expected = _raised(lambda: region.record(t, 0, 1, 0, **kwargs))
+        expected = _as_record_outcome(region.record, (t, 0, 1, 0), kwargs)
         assert _raised(lambda: region.record_outcome(t, 0, 1, 0, **kwargs)) == expected, kwargs
 
 
@@ -210,3 +216,31 @@ def test_record_takes_stages_and_events_of_any_int_object():
     assert seg["producer_first_nonempty_emit_ms"] is not None
     assert seg["edge_first_send_complete_ms"] is not None
     assert region.snapshot(t)["0->1:0"]["producer_first_nonempty_emit_ms"] is not None
+
+
+def test_record_and_record_outcome_are_one_path():
+    # The same arguments, on two fresh regions in the same state: record's
+    # bool is record_outcome's outcome being a success, for every call shape.
+    calls = [
+        ((0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT), {}),
+        ((0, 1, E.PRODUCER_FIRST_NONEMPTY_EMIT), {}),
+        ((0, 1, "edge_first_send_complete"), dict(chunk_seq=4)),
+        ((0, 1, E.CONSUMER_FIRST_ACCEPT), dict(meaningful=False)),
+        ((0, 1, E.CONSUMER_FIRST_ACCEPT), dict(segment=1)),
+        ((0, 1, E.CONSUMER_FIRST_ACCEPT), dict(segment=2**32)),
+        ((0, 2**32, E.CONSUMER_FIRST_ACCEPT), {}),
+        ((5, 6, E.CONSUMER_FIRST_ACCEPT), {}),
+        ((1, 2, E.CONSUMER_FIRST_ACCEPT), dict(elapsed_ms=-1.0)),
+        ((1, 2, E.CONSUMER_FIRST_ACCEPT), dict(elapsed_ms=2.5, clock_domain="gpu")),
+        ((1, 2, E.CONSUMER_FIRST_NONEMPTY_OUTPUT), dict(chunk_seq=2**70)),
+    ]
+    a, b = Region.in_memory(), Region.in_memory()
+    ta, tb = a.begin(), b.begin()
+    for args, kwargs in calls:
+        ok = a.record(ta, *args, **kwargs)
+        outcome = b.record_outcome(tb, *args, **kwargs)
+        assert ok == (outcome in ("recorded", "started")), (args, kwargs, ok, outcome)
+    for token in (None, "not a token", 7):
+        assert a.record(token, 0, 1, 0) is False
+        assert b.record_outcome(token, 0, 1, 0, chunk_seq=1) == b.record_outcome(token, 0, 1, 0)
+    assert Region.disabled().record_outcome(None, 0, 1, 0, segment=2**32) == "disabled"

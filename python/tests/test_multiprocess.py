@@ -137,7 +137,7 @@ def test_requests_of_a_dead_owner_are_reclaimed(tmp_path):
     _join([p])
     assert all(owner.is_open(t) for t in theirs)
     report = owner.reclaim_dead_owners()
-    assert report == {"dead_owners": 3, "dead_holders": 0, "unjudged": None}
+    assert report == {"dead_owners": 3, "dead_holders": 0, "unjudged": None, "live_owners_locked": 0}
     assert not any(owner.is_open(t) for t in theirs)
     assert owner.open_requests() == [mine]
     assert owner.counters()["reclaimed_requests"] == 3

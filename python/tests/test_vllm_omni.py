@@ -35,13 +35,14 @@ EVENTS = (
 )
 
 
-def run(scenario: str, enabled: bool = True) -> dict:
+def run(scenario: str, enabled: bool = True, wrap=(), **extra_env) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_VLLM_OMNI")}
     if enabled:
         env["EDGEMARK_VLLM_OMNI"] = "1"
+    env.update(extra_env)
     # vLLM logs to stdout; the scenario's result is its last JSON line.
     proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "_vllm_omni_orchestrator.py"), scenario],
+        [*wrap, sys.executable, os.path.join(HERE, "_vllm_omni_orchestrator.py"), scenario],
         env=env,
         capture_output=True,
         text=True,
@@ -149,6 +150,87 @@ def test_the_region_is_removed_at_exit(main):
     assert main["region"].endswith(".region")
     assert not os.path.exists(main["region"])
     assert not os.path.exists(main["region"][: -len(".region")] + ".requests")
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return run("adapter")
+
+
+def test_the_adapter_path_records_all_four_events_in_order(adapter):
+    # The default transport (async_chunk under the default model runner):
+    # save_async, the save thread's put, the receive thread's admission.
+    assert adapter["stages_instrumented"] == [True, True]
+    assert adapter["A_puts"] == 1 and adapter["A_admitted"] is True
+    final = adapter["A"]
+    assert list(final) == ["0->1:0"]
+    assert final["0->1:0"]["first_chunk_seq"] == 0
+    emit, send, accept, output = values(final)
+    assert None not in (emit, send, accept, output)
+    assert emit <= send <= accept <= output
+    # A second chunk and output changed nothing.
+    assert adapter["A_first"] == final
+
+
+def test_the_adapter_path_ignores_empty_steps_and_the_empty_terminal_chunk(adapter):
+    # The terminal chunk went out and was admitted, but carried nothing.
+    assert adapter["E_admitted"] is True
+    assert adapter["E"] == {}
+
+
+def test_the_adapter_path_records_a_reused_id_into_the_new_instance(adapter):
+    emit, send, accept, output = values(adapter["A2"])
+    assert None not in (emit, send, accept, output)
+    assert emit <= send <= accept <= output
+    assert adapter["A2"] != adapter["A"]
+    assert adapter["open_after"] == 0
+
+
+def test_the_accept_wrapper_leaves_an_instance_override_in_place():
+    out = run("override")
+    assert out == {"received": True, "override_ran": True, "override_kept": True, "instance_attrs": []}
+
+
+def test_every_stages_engine_request_carries_the_requests_trace_context():
+    out = run("traced")
+    assert out["wrapped"] is True
+    trace, parent = out["incoming"].split("-")[1:3]
+    # The caller's traceparent became the request's parent: the request was
+    # begun again in the caller's trace (nothing was recorded yet).
+    assert out["mine_before"].split("-")[1] != trace
+    assert out["mine"].split("-")[1] == trace and out["mine"].split("-")[2] != parent
+    # Stage 0's request carries the request's own span as the parent, beside
+    # the caller's other headers; the caller's mapping is not changed.
+    assert out["stage0"] == {"tracestate": "vendor=1", "traceparent": out["mine"]}
+    assert out["caller_headers_unchanged"] is True
+    # And so does every later stage's, through both modules' function.
+    assert out["later"] == {"orchestrator": {"traceparent": out["mine"]}, "duplex": {"traceparent": out["mine"]}}
+
+
+def test_a_region_too_large_for_dev_shm_leaves_the_server_serving(tmp_path):
+    if os.geteuid() != 0:
+        if os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI") == "1":
+            raise RuntimeError("the /dev/shm size test needs root (a tmpfs of its own)")
+        pytest.skip("needs root for a tmpfs of its own")
+    # A container's default /dev/shm: 64 MiB, in a mount namespace of the
+    # test's own; the stages ask for 65,536 slots (633 MiB).
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    region = shm / "edgemark-vllm-omni-small.region"
+    out = run(
+        "small",
+        wrap=("unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f"mount -t tmpfs -o size=64m tmpfs '{shm}' && exec \"$@\"", "sh"),
+        EDGEMARK_VLLM_OMNI_REGION=str(region),
+        EDGEMARK_VLLM_OMNI_SLOTS="65536",
+    )  # fmt: skip
+    assert out["patched_before"] is True
+    assert len(out["warnings"]) == 1 and "cannot create the region" in out["warnings"][0]
+    assert "No space" in out["warnings"][0] or "ENOSPC" in out["warnings"][0] or "space" in out["warnings"][0]
+    assert out["instrumented"] is False and out["same"] is True
+    assert "stream_edge_metrics" not in out["response_keys"]
+    assert out["roundtrip"] is True
+    assert out["region_exists"] is False
 
 
 def test_a_stage_killed_mid_request():

@@ -1,16 +1,42 @@
 """The parts of the vLLM-Omni plugin that need no vLLM-Omni: loading it,
-refusing without vLLM-Omni, and removing what a killed server left."""
+refusing without vLLM-Omni, the request lookup as another local user would
+try it, a stage on a host of its own, and removing what a killed server
+left."""
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
+
+import pytest
 
 import edgemark
 from edgemark import vllm_omni
+from edgemark.vllm_omni import _channel, _recording, package
+from edgemark.vllm_omni._recording import EMIT, Recording
+
+NOBODY = 65534
+
+
+def as_root():
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError("CI=true runs as root: these tests must run there")
+        pytest.skip("needs root to make a file of another user's")
+
+
+@pytest.fixture
+def region_env(tmp_path, monkeypatch):
+    """A region path of the test's own, named by the user."""
+    path = str(tmp_path / "host.region")
+    monkeypatch.setenv(vllm_omni.ENV_REGION, path)
+    monkeypatch.delenv("_EDGEMARK_VLLM_OMNI_NAMED", raising=False)
+    return path
 
 
 def test_register_without_the_variable_does_nothing(monkeypatch):
@@ -24,18 +50,43 @@ def test_without_vllm_omni_one_warning_and_nothing_patched(tmp_path):
     code = (
         "import logging, sys\n"
         "from edgemark import vllm_omni\n"
-        "vllm_omni._installed_version = lambda: None\n"
+        "from edgemark.vllm_omni import _instrumentor\n"
+        "_instrumentor.installed_version = lambda: None\n"
         "logging.basicConfig(stream=sys.stdout, format='%(levelname)s %(message)s')\n"
         "print(vllm_omni.instrument(), vllm_omni.instrument(), vllm_omni.is_instrumented())\n"
     )
-    # Run elsewhere than the sources, whose package lacks the built module.
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
     lines = out.splitlines()
     assert lines[-1] == "False False False"
     warnings = [line for line in lines if line.startswith("WARNING")]
-    assert len(warnings) == 1 and "not installed" in warnings[0] and "0.30" in warnings[0]
+    assert len(warnings) == 1 and "not installed" in warnings[0] and package.SUPPORTED in warnings[0]
+
+
+def test_the_supported_range_is_declared_once_and_takes_the_release_candidates():
+    assert package._instruments == ("vllm-omni >= 0.30.0, < 0.33",)
+    for v in ("0.30.0", "0.31.0rc1", "0.32.0rc1", "0.32.1"):
+        assert package.is_supported(v), v
+    for v in ("0.28.0", "0.30.0rc1", "0.33.0", "0.33.0rc1", "1.0", "", None, "not a version"):
+        assert not package.is_supported(v), v
+
+
+def test_event_ids_are_the_cores():
+    assert [_recording.EMIT, _recording.SEND, _recording.ACCEPT, _recording.OUTPUT] == [
+        int(edgemark.Event.from_name(n)) for n in edgemark.EVENT_NAMES
+    ]
+
+
+# -- clean -------------------------------------------------------------------
+
+
+def clean(directory) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "edgemark.vllm_omni", "clean", "--dir", str(directory)],
+        capture_output=True,
+        check=True,
+    ).stdout.decode("utf-8", "surrogateescape")
 
 
 def test_clean_removes_only_what_dead_servers_left(tmp_path):
@@ -48,64 +99,264 @@ def test_clean_removes_only_what_dead_servers_left(tmp_path):
         (tmp_path / f"edgemark-vllm-omni-{pid}.requests").mkdir()
         (tmp_path / f"edgemark-vllm-omni-{pid}.requests" / "entry").write_text("x")
     (tmp_path / "other.region").write_text("not the plugin's")
-    out = subprocess.run(
-        [sys.executable, "-m", "edgemark.vllm_omni", "clean", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path.parent,
-    ).stdout
+    out = clean(tmp_path)
     left = sorted(os.listdir(tmp_path))
     assert left == sorted(["other.region", f"edgemark-vllm-omni-{live}.region", f"edgemark-vllm-omni-{live}.requests"])
     assert out.count("removed ") == 2 and str(dead.pid) in out
 
 
+def test_clean_survives_any_name_and_says_each_removal(tmp_path):
+    names = [
+        "edgemark-vllm-omni-99999999999999999999.region",  # past any pid
+        "edgemark-vllm-omni-0.region",  # pid 0 is no process
+        "edgemark-vllm-omni-0.requests",
+    ]
+    for n in names:
+        (tmp_path / n).write_text("x")
+    # A name that is not text, and names that only look like the plugin's.
+    (tmp_path / os.fsdecode(b"edgemark-vllm-omni-\xff.region")).write_text("x")
+    (tmp_path / "edgemark-vllm-omni-12.region.bak").write_text("x")
+    (tmp_path / "edgemark-vllm-omni-.region").write_text("x")
+    out = clean(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.fsdecode(b"edgemark-vllm-omni-\xff.region"), "edgemark-vllm-omni-12.region.bak", "edgemark-vllm-omni-.region"]
+    )
+    assert [line.split("/")[-1] for line in out.splitlines()] == sorted(names)
+
+
+def test_clean_never_follows_a_symlink_nor_removes_another_users_file(tmp_path):
+    as_root()
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    (tmp_path / "edgemark-vllm-omni-0.requests").symlink_to(target)
+    theirs = tmp_path / "edgemark-vllm-omni-0.region"
+    theirs.write_text("x")
+    os.chown(theirs, NOBODY, NOBODY)
+    clean(tmp_path)
+    assert (target / "keep").exists()
+    assert not os.path.lexists(tmp_path / "edgemark-vllm-omni-0.requests")
+    assert theirs.exists()
+
+
+# -- the request lookup ------------------------------------------------------
+
+
 def test_lookup_entries_round_trip_and_reject_other_ids(tmp_path):
     region = edgemark.Region.create(str(tmp_path / "r.region"), edges=[(0, 1)], slots=4)
     token = region.begin()
-    name = vllm_omni._entry_name("req-1")
-    (tmp_path / name).write_bytes(str(token).encode() + b"\nreq-1")
-    assert vllm_omni._read_entry(str(tmp_path), "req-1") == token
+    directory = str(tmp_path / "r.requests")
+    writer = _channel.Writer(directory)
+    writer.publish("req-1", token)
+    reader = _channel.Reader(directory)
+    assert reader.read("req-1") == token
+    assert stat.S_IMODE(os.stat(os.path.join(directory, _channel.entry_name("req-1"))).st_mode) == 0o600
     # Another ID under the same file name (a hash collision) is not it.
-    (tmp_path / vllm_omni._entry_name("req-2")).write_bytes(str(token).encode() + b"\nreq-1")
-    assert vllm_omni._read_entry(str(tmp_path), "req-2") is None
-    (tmp_path / vllm_omni._entry_name("req-3")).write_bytes(b"garbage\nreq-3")
-    assert vllm_omni._read_entry(str(tmp_path), "req-3") is None
-    assert vllm_omni._read_entry(str(tmp_path), "absent") is None
+    with open(os.path.join(directory, _channel.entry_name("req-2")), "wb") as f:
+        f.write(str(token).encode() + b"\nreq-1")
+    assert reader.read("req-2") is None
+    assert reader.read("absent") is None
+    writer.withdraw("req-1")
+    assert reader.read("req-1") is None
 
 
-def test_the_logger_is_the_modules():
-    assert vllm_omni._log is logging.getLogger("edgemark.vllm_omni")
+@pytest.mark.parametrize(
+    "data",
+    [b"garbage\nreq-3", b"\xff\xfe\nreq-3", b"abc\n\xff\xfe", b"no newline", b"", b"x" * 8192],
+)
+def test_a_garbage_entry_is_no_token(tmp_path, data):
+    directory = tmp_path / "r.requests"
+    directory.mkdir(mode=0o700)
+    (directory / _channel.entry_name("req-3")).write_bytes(data)
+    assert _channel.Reader(str(directory)).read("req-3") is None
+
+
+def test_a_fifo_entry_never_blocks_the_reader(tmp_path):
+    directory = tmp_path / "r.requests"
+    directory.mkdir(mode=0o700)
+    os.mkfifo(directory / _channel.entry_name("req-F"))
+    got = []
+    t = threading.Thread(target=lambda: got.append(_channel.Reader(str(directory)).read("req-F")), daemon=True)
+    t.start()
+    t.join(timeout=20)
+    assert not t.is_alive(), "the reader blocked on a FIFO"
+    assert got == [None]
+
+
+def test_a_symlinked_entry_is_not_followed(tmp_path):
+    region = edgemark.Region.create(str(tmp_path / "r.region"), edges=[(0, 1)], slots=4)
+    token = region.begin()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(str(token).encode() + b"\nreq-S")
+    directory = tmp_path / "r.requests"
+    directory.mkdir(mode=0o700)
+    (directory / _channel.entry_name("req-S")).symlink_to(elsewhere)
+    assert _channel.Reader(str(directory)).read("req-S") is None
+
+
+def test_a_directory_others_can_reach_is_refused_at_both_ends(tmp_path):
+    # Another user pre-creates the predictable name, open to all: the server
+    # publishes nothing there and a stage reads nothing from it.
+    directory = tmp_path / "r.requests"
+    directory.mkdir()
+    os.chmod(directory, 0o777)
+    with pytest.raises(_channel.UntrustedError, match="mode 777"):
+        _channel.Writer(str(directory))
+    with pytest.raises(_channel.UntrustedError):
+        _channel.Reader(str(directory)).open()
+    assert _channel.Reader(str(directory)).read("req-A") is None
+    assert os.listdir(directory) == []
+
+
+def test_a_directory_of_another_users_is_refused(tmp_path):
+    as_root()
+    directory = tmp_path / "r.requests"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, NOBODY, NOBODY)
+    with pytest.raises(_channel.UntrustedError, match="belongs to uid"):
+        _channel.Writer(str(directory))
+    with pytest.raises(_channel.UntrustedError):
+        _channel.Reader(str(directory)).open()
+
+
+def test_a_symlinked_directory_is_never_written_through(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "r.requests"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        _channel.Writer(str(link))
+    with pytest.raises(OSError):
+        _channel.Reader(str(link)).open()
+    assert os.listdir(target) == []
+
+
+def test_the_owner_removes_only_what_it_made(tmp_path):
+    region = edgemark.Region.create(str(tmp_path / "r.region"), edges=[(0, 1)], slots=4)
+    directory = tmp_path / "r.requests"
+    directory.mkdir(mode=0o700)
+    (directory / "not-mine").write_text("x")
+    writer = _channel.Writer(str(directory))
+    assert writer.created is False
+    writer.publish("req-1", region.begin())
+    writer.publish("req-2", region.begin())
+    writer.withdraw("req-2")
+    writer.remove()
+    # Its own entry went, the file it never made and the directory it did
+    # not create stay.
+    assert os.listdir(directory) == ["not-mine"]
+    fresh = _channel.Writer(str(tmp_path / "fresh.requests"))
+    fresh.publish("req-1", region.begin())
+    fresh.remove()
+    assert not (tmp_path / "fresh.requests").exists()
+
+
+def test_the_server_refuses_a_region_file_in_the_way_of_its_own_name(tmp_path, monkeypatch):
+    # A file at the name the plugin picks (not the user's) is never attached.
+    path = tmp_path / "edgemark-vllm-omni-1.region"
+    edgemark.Region.create(str(path), edges=[(0, 1)], slots=4)
+    monkeypatch.setenv(vllm_omni.ENV_REGION, str(path))
+    monkeypatch.setenv("_EDGEMARK_VLLM_OMNI_NAMED", str(path))
+    rec = Recording()
+    assert rec.user_named is False
+    assert rec.ensure_owner(2, 4) is None and rec.failed
+    assert rec.begin("req-1") is None
+
+
+def test_a_server_with_an_untrusted_lookup_still_records_its_own_events(tmp_path, region_env, caplog):
+    directory = _channel.lookup_dir(region_env)
+    os.mkdir(directory)
+    os.chmod(directory, 0o777)
+    rec = Recording()
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm_omni"):
+        token = rec.begin("req-1")
+    assert token is not None and os.listdir(directory) == []
+    assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1
+    rec.record("req-1", 0, 1, _recording.OUTPUT, lambda: True)
+    assert rec.close("req-1")["0->1:0"]["consumer_first_nonempty_output_ms"] is not None
+
+
+# -- the stage side ----------------------------------------------------------
 
 
 def test_the_region_is_sized_from_the_stages(monkeypatch):
     monkeypatch.delenv(vllm_omni.ENV_SLOTS, raising=False)
+    once = _recording.Once()
 
     def pool(n):
         return SimpleNamespace(stage_vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=n)))
 
-    assert vllm_omni._slots_for([pool(64), pool(32), pool(4)]) == 400
-    assert vllm_omni._slots_for([pool(8)]) == 256
-    assert vllm_omni._slots_for([pool(50000)]) == 65536
-    assert vllm_omni._slots_for([SimpleNamespace()]) == 1024
+    assert _recording.slots_for([pool(64), pool(32), pool(4)], once) == 400
+    assert _recording.slots_for([pool(8)], once) == 256
+    assert _recording.slots_for([pool(50000)], once) == 65536
+    assert _recording.slots_for([SimpleNamespace()], once) == 1024
     monkeypatch.setenv(vllm_omni.ENV_SLOTS, "77")
-    assert vllm_omni._slots_for([pool(64)]) == 77
+    assert _recording.slots_for([pool(64)], once) == 77
 
 
-def test_a_stage_without_its_region_records_nothing_and_says_so_once(tmp_path, caplog):
-    rec = vllm_omni._Recorder(str(tmp_path / "absent.region"))
-    vllm_omni._said.discard("attach")
+def test_a_stage_without_its_region_records_nothing_and_says_so_once(region_env, caplog):
+    rec = Recording()
     with caplog.at_level(logging.DEBUG, logger="edgemark.vllm_omni"):
         for _ in range(3):
-            assert rec.record("req", 0, 1, 0, lambda: True) is None
+            assert rec.record("req", 0, 1, EMIT, lambda: True) is None
     said = [r for r in caplog.records if "no region" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.DEBUG
+    assert not os.path.exists(region_env)
 
 
-def test_a_stage_without_the_token_records_nothing(tmp_path):
-    path = str(tmp_path / "r.region")
-    region = edgemark.Region.create(path, edges=[(0, 1)], slots=4)
+def test_a_stage_without_the_token_records_nothing(region_env):
+    region = edgemark.Region.create(region_env, edges=[(0, 1)], slots=4)
     token = region.begin()
-    rec = vllm_omni._Recorder(path)
-    rec.record("unknown-request", 0, 1, 0, lambda: True)
+    rec = Recording()
+    rec.record("unknown-request", 0, 1, EMIT, lambda: True)
     assert region.snapshot(token) == {}
+
+
+def test_a_stage_finds_the_servers_token_through_the_lookup(region_env):
+    server = Recording()
+    token = server.begin("req-1")
+    stage = Recording()  # another process's, on the same host
+    stage.record("req-1", 0, 1, EMIT, lambda: True, 5)
+    snap = server.close("req-1")
+    assert snap["0->1:0"]["first_chunk_seq"] == 5
+    assert token is not None
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_stage_on_a_host_of_its_own_begins_a_request_under_the_context(region_env):
+    # No API server on this host: the stage's request carries the trace
+    # context; the stage makes this host's region and a request in it.
+    rec = Recording()
+    rec.record("req-1", 0, 1, _recording.ACCEPT, lambda: True, None, lambda: TRACE)
+    assert os.path.exists(region_env)
+    region = edgemark.Region.attach(region_env)
+    (token,) = region.open_requests()
+    assert region.snapshot(token)["0->1:0"]["consumer_first_accept_ms"] is not None
+    assert region.traceparent(token).split("-")[1] == TRACE.split("-")[1]
+    # Freed by its stage: closed, and its closed entry names its parent.
+    rec.stage_freed("req-1")
+    assert region.open_requests() == []
+    (closed,) = region.drain_closed()
+    assert closed["trace_id"] == TRACE.split("-")[1]
+    assert closed["parent_span_id"] == TRACE.split("-")[2]
+
+
+def test_a_stage_with_no_context_and_no_token_begins_nothing(region_env):
+    rec = Recording()
+    rec.record("req-1", 0, 1, _recording.ACCEPT, lambda: True, None, lambda: None)
+    assert not os.path.exists(region_env)
+
+
+def test_a_malformed_context_begins_a_request_in_a_new_trace(region_env):
+    rec = Recording()
+    rec.record("req-1", 0, 1, _recording.ACCEPT, lambda: True, None, lambda: "00-garbage")
+    region = edgemark.Region.attach(region_env)
+    (token,) = region.open_requests()
+    assert region.snapshot(token) != {}
+    assert region.counters()["bad_trace_contexts"] == 1
+
+
+def test_the_logger_is_the_packages():
+    assert _recording.log is logging.getLogger("edgemark.vllm_omni")

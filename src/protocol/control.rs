@@ -3,7 +3,9 @@
 //! histogram update of the close that ends a request.
 
 use super::{Occupant, Proto, ReadInto, SegmentRead, Values};
-use crate::layout::{BUCKETS_MS, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED, TRACE_WORDS};
+use crate::layout::{
+    BUCKETS_MS, H_BAD_TRACE, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED, TRACE_WORDS,
+};
 use crate::outcome::Outcome;
 use crate::report::Owner;
 use crate::schema::MAX_EVENTS;
@@ -61,6 +63,14 @@ enum Lock {
 }
 
 impl Proto<'_> {
+    /// Counts a trace context that a begin on the record path ignored
+    /// (`Recorder::begin_with_traceparent`): malformed, so its request
+    /// began in a new trace.
+    pub(crate) fn count_bad_trace(&self) {
+        // Relaxed: a counter; nothing is ordered by it.
+        self.w(H_BAD_TRACE).fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Claims a free slot for a new request and lays it out.
     ///
     /// Returns the slot and its new generation, or `None` when every slot is

@@ -59,22 +59,13 @@
 use super::read::{ReadInto, SegmentRead};
 use super::{At, Proto};
 use crate::layout::{
-    H_BAD_TRACE, H_RING_CLAIM, H_RING_LOST, H_RING_OVERWRITTEN_TAKEN, H_RING_READ, R_CHECK,
-    R_CLOSED_US, R_KIND, R_STATE, R_TOKEN, R_TRACE, TRACE_WORDS,
+    H_RING_CLAIM, H_RING_LOST, H_RING_OVERWRITTEN_TAKEN, H_RING_READ, R_CHECK, R_CLOSED_US, R_KIND,
+    R_STATE, R_TOKEN, R_TRACE, TRACE_WORDS,
 };
 use crate::schema::MAX_EVENTS;
 use crate::sync::{Ordering, fence};
-use crate::word::{CellWord, MAX_CLAIM, PlaceWord, RingStateWord};
-
-/// What an entry holds ([`R_KIND`]).
-pub(crate) mod kind {
-    /// Nothing: its close found the slot taken over and hands on nothing.
-    pub(crate) const VOID: u64 = 0;
-    /// A closed request.
-    pub(crate) const CLOSED: u64 = 1;
-    /// A closed request whose read found a word edgemark never writes.
-    pub(crate) const CORRUPT: u64 = 3;
-}
+use crate::word::entry_kind as kind;
+use crate::word::{CellWord, MAX_CLAIM, PlaceWord, RingStateWord, TokenWord};
 
 /// The checksum's term for word `w` at offset `i` of an entry: a 64-bit
 /// finaliser (splitmix64's) of the word and its place. Terms are summed, so
@@ -140,7 +131,7 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
         RingWrite {
             proto,
             slot,
-            token: u64::from(slot) | u64::from(generation) << 32,
+            token: TokenWord::new(slot, generation).bits(),
             closed_us,
             taken: None,
             corrupt: false,
@@ -555,12 +546,6 @@ impl Proto<'_> {
         }
     }
 
-    /// Counts a trace context refused on the record path.
-    pub(crate) fn count_bad_trace(&self) {
-        // Relaxed: a counter.
-        self.w(H_BAD_TRACE).fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Counts `n` closed requests lost to the readers.
     pub(crate) fn count_ring_lost(&self, n: u64) {
         // Relaxed: a counter.
@@ -625,7 +610,7 @@ pub(crate) fn replay(
 
 /// The token words of a taken entry: `(slot, generation)`.
 pub(crate) fn token_of(buf: &[u64]) -> (u32, u32) {
-    (buf[R_TOKEN] as u32, (buf[R_TOKEN] >> 32) as u32)
+    TokenWord::from_bits(buf[R_TOKEN]).decode()
 }
 
 /// The trace words of a taken entry.

@@ -36,11 +36,11 @@
 use super::ring::{check, term};
 use super::{At, Proto};
 use crate::layout::{
-    H_READERS, H_RING_ACKED, H_RING_CLAIM, H_RING_GAVE_UP_FULL, H_RING_GAVE_UP_REFUSED,
-    H_RING_GAVE_UP_RETRIES, H_RING_LOST, H_RING_SETTLED_OVERWRITTEN, R_CHECK, R_STATE,
+    H_READERS, H_RING_ACKED, H_RING_GAVE_UP_FULL, H_RING_GAVE_UP_REFUSED, H_RING_GAVE_UP_RETRIES,
+    H_RING_LOST, H_RING_SETTLED_OVERWRITTEN, R_CHECK, R_STATE,
 };
 use crate::sync::{Ordering, fence};
-use crate::word::{MAX_READERS, RingStateWord};
+use crate::word::{MAX_READERS, ReaderWord, RingStateWord};
 
 /// How a reader settles an entry it took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,12 +110,13 @@ impl Proto<'_> {
             == RingStateWord::taken(claim, reader)
     }
 
-    /// The reader slots that have entries taken and not settled, as a
-    /// bit set (bit `r` for slot `r`).
-    pub(crate) fn ring_takers(&self) -> u8 {
+    /// The reader slots that have entries taken and not settled among
+    /// `entries` (all of the ring's that may have been written), as a bit
+    /// set (bit `r` for slot `r`).
+    pub(crate) fn ring_takers(&self, entries: std::ops::Range<u32>) -> u8 {
         let l = self.layout;
         let mut takers = 0u8;
-        for e in 0..l.ring_entries {
+        for e in entries {
             // Relaxed: a hint; `ring_adopt` loads each state again
             // (Acquire) before it copies anything.
             let s =
@@ -127,20 +128,20 @@ impl Proto<'_> {
         takers
     }
 
-    /// The word of reader slot `r` (0: free).
-    pub(crate) fn reader_word(&self, r: u8) -> u64 {
+    /// The word of reader slot `r`.
+    pub(crate) fn reader_word(&self, r: u8) -> ReaderWord {
         // Acquire: pairs with the Release store of `release_reader` (and
         // the AcqRel of `hold_reader`), so that whatever the reader that
         // gave the word back did comes before what its next holder does.
-        self.w(H_READERS + usize::from(r)).load(Ordering::Acquire)
+        At::<ReaderWord>::new(self.w(H_READERS + usize::from(r))).load(Ordering::Acquire)
     }
 
     /// Takes reader slot `r` for `me` if its word is still `was`.
-    pub(crate) fn hold_reader(&self, r: u8, was: u64, me: u64) -> bool {
+    pub(crate) fn hold_reader(&self, r: u8, was: ReaderWord, me: ReaderWord) -> bool {
         // AcqRel: Acquire as in `reader_word`; Release publishes nothing
         // yet but keeps this word's history ordered for the next holder.
         // Relaxed on failure: another reader took it.
-        self.w(H_READERS + usize::from(r))
+        At::<ReaderWord>::new(self.w(H_READERS + usize::from(r)))
             .compare_exchange(was, me, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
@@ -148,12 +149,13 @@ impl Proto<'_> {
     /// Gives reader slot `r` back.
     pub(crate) fn release_reader(&self, r: u8) {
         // Release: pairs with the Acquire load in `reader_word`.
-        self.w(H_READERS + usize::from(r))
-            .store(0, Ordering::Release);
+        At::<ReaderWord>::new(self.w(H_READERS + usize::from(r)))
+            .store(ReaderWord::FREE, Ordering::Release);
     }
 
-    /// Adopts into reader slot `to` every entry taken by reader slot `from`
-    /// and not settled: each whole one is handed to `each` (its claim and
+    /// Adopts into reader slot `to` every entry of `entries` (all of the
+    /// ring's that may have been written) taken by reader slot `from` and
+    /// not settled: each whole one is handed to `each` (its claim and
     /// words) and is `taken(c, to)` after; a torn one is given up and
     /// counted lost. The caller holds both slots. Returns how many were
     /// adopted.
@@ -161,12 +163,13 @@ impl Proto<'_> {
         &self,
         from: u8,
         to: u8,
+        entries: std::ops::Range<u32>,
         buf: &mut Vec<u64>,
         mut each: impl FnMut(u64, &[u64]),
     ) -> usize {
         let l = self.layout;
         let mut adopted = 0;
-        for e in 0..l.ring_entries {
+        for e in entries {
             let base = l.ring_entry(e);
             let state = At::<RingStateWord>::new(self.w(base + R_STATE));
             // Acquire: pairs with the closer's Release CAS that published
@@ -212,18 +215,12 @@ impl Proto<'_> {
         adopted
     }
 
-    /// The ring as a reader that takes nothing sees it: `(claims made,
-    /// entries published and not taken, entries taken and not settled,
-    /// readers registered)`.
-    pub(crate) fn ring_states(&self) -> (u64, u64, u64, u64) {
+    /// Entries of `entries` as a reader that takes nothing sees them:
+    /// `(published and not taken, taken and not settled)`.
+    pub(crate) fn ring_states(&self, entries: std::ops::Range<u32>) -> (u64, u64) {
         let l = self.layout;
-        // Relaxed: counts for display.
-        let claims = self.w(H_RING_CLAIM).load(Ordering::Relaxed);
-        let readers = READER_SLOTS
-            .filter(|&r| self.w(H_READERS + usize::from(r)).load(Ordering::Relaxed) != 0)
-            .count() as u64;
         let (mut published, mut taken) = (0, 0);
-        for e in 0..l.ring_entries {
+        for e in entries {
             // Relaxed: a count for display.
             let s =
                 At::<RingStateWord>::new(self.w(l.ring_entry(e) + R_STATE)).load(Ordering::Relaxed);
@@ -233,7 +230,19 @@ impl Proto<'_> {
                 taken += 1;
             }
         }
-        (claims, published, taken, readers)
+        (published, taken)
+    }
+
+    /// Readers registered in the reader table.
+    pub(crate) fn ring_readers(&self) -> u64 {
+        READER_SLOTS
+            .filter(|&r| {
+                // Relaxed: a count for display.
+                !At::<ReaderWord>::new(self.w(H_READERS + usize::from(r)))
+                    .load(Ordering::Relaxed)
+                    .is_free()
+            })
+            .count() as u64
     }
 }
 

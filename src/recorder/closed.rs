@@ -39,7 +39,10 @@ impl Recorder {
     /// assert_eq!(rec.counters().bad_trace_contexts, 1);
     /// assert!(rec.trace_context(t).is_some());
     /// ```
-    pub fn begin_with_traceparent(&self, traceparent: &str) -> Result<Token, crate::Outcome> {
+    pub fn begin_with_traceparent(
+        &self,
+        traceparent: &str,
+    ) -> Result<Token, crate::outcome::Outcome> {
         match traceparent.parse::<TraceContext>() {
             Ok(parent) => self.begin_traced(Some(parent)),
             Err(_) => {

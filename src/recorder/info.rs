@@ -7,9 +7,10 @@ use super::Viewer;
 use crate::clock::Clock;
 use crate::mark::Edge;
 use crate::process;
-use crate::report::{self, Counters, Owner, RegionInfo};
+use crate::region::SweepError;
+use crate::report::{self, Counters, EventInfo, Occupancy, Owner, RegionInfo, RegionReport};
 use crate::schema::{EventId, Schema};
-use crate::token::Token;
+use crate::token::{RegionId, Token};
 
 impl Viewer {
     /// Every clock domain of the region, declared and registered, in id
@@ -51,12 +52,14 @@ impl Viewer {
         Some(self.live()?.inner.header.clock_kind)
     }
 
-    /// The region's geometry and identity; `None` when disabled.
+    /// The region's geometry, identity and schema; `None` when disabled.
     pub fn info(&self) -> Option<RegionInfo> {
-        let i = self.live()?.inner;
+        let live = self.live()?;
+        let i = live.inner;
         let h = &i.header;
+        let schema = &*h.schema;
         Some(RegionInfo {
-            region_id: h.region_id,
+            region_id: RegionId::new(h.region_id),
             slots: h.layout.slots,
             segments: h.layout.segments,
             slot_stride: h.layout.slot_stride_bytes(),
@@ -72,7 +75,79 @@ impl Viewer {
             group_access: h.group_access,
             mixed_pid_namespaces: i.mixed_pid_namespaces(),
             pids_unjudged: i.pids_unjudged(),
+            edges: h.edges.clone(),
+            events: schema
+                .events()
+                .iter()
+                .map(|e| {
+                    let domain = schema.domain_name(e.domain()).unwrap_or_default();
+                    EventInfo::new(e.name(), domain, e.keeps_chunk_seq())
+                })
+                .collect(),
+            domains: i.names.all(live.proto.words),
         })
+    }
+
+    /// Everything the region says about itself now, in its one encoding
+    /// (see [`report`](crate::report)): its info, its counters, and its
+    /// occupancy from one sweep of the slots and one pass over the ring of
+    /// closed requests; `None` when disabled.
+    ///
+    /// ```
+    /// let rec = edgemark::Recorder::builder().edge(0, 1).slots(8).create_in_memory()?;
+    /// let t = rec.begin().expect("a free slot");
+    /// rec.close(t);
+    /// rec.begin().expect("a free slot");
+    /// let report = rec.report()?.expect("an enabled recorder");
+    /// assert_eq!((report.occupancy.open_requests, report.occupancy.free_slots), (1, 7));
+    /// assert_eq!(report.counters.closed_requests, 1);
+    /// let json = serde_json::to_value(&report).unwrap();
+    /// assert_eq!(json["edges"], serde_json::json!(["0->1"]));
+    /// assert_eq!(json["closed_requests"], 1);
+    /// assert_eq!(json["clock"]["kind"], "monotonic");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Errors: what [`Viewer::check`] says before the sweep, or
+    /// [`SweepError::Shrunk`](crate::SweepError::Shrunk) if the file was
+    /// found shrunk during it.
+    pub fn report(&self) -> Result<Option<RegionReport>, SweepError> {
+        self.check()?;
+        self.report_checked()
+    }
+
+    /// [`Viewer::report`] for a caller that runs [`Viewer::check`] before
+    /// and after (the Prometheus scrape).
+    pub(crate) fn report_checked(&self) -> Result<Option<RegionReport>, SweepError> {
+        let Some(info) = self.info() else {
+            return Ok(None);
+        };
+        // The ring's pass first: a page it found lost (read as zeros)
+        // marks the mapping faulted, which the sweep's last check reports.
+        // Entries in a hole of a sparse file were never written: left out,
+        // as the sweep leaves out the slots there.
+        let ring = match self.live() {
+            Some(live) if info.ring_entries > 0 => {
+                let (mut unread, mut unacknowledged) = (0, 0);
+                let inner = live.inner;
+                inner.storage.ring_runs(&inner.header.layout, |from, to| {
+                    let (u, a) = live.proto.ring_states(from..to);
+                    unread += u;
+                    unacknowledged += a;
+                });
+                (unread, unacknowledged, live.proto.ring_readers())
+            }
+            _ => (0, 0, 0),
+        };
+        let open = self.open_count_checked()?;
+        let (unread, unacknowledged, readers) = ring;
+        let occupancy =
+            Occupancy::new(open, info.slots).with_closed_ring(unread, unacknowledged, readers);
+        Ok(Some(RegionReport {
+            counters: self.counters(),
+            occupancy,
+            info,
+        }))
     }
 
     /// Whether the process that created the region still runs: `None` when

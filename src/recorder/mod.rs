@@ -19,7 +19,7 @@ use crate::protocol::{Both, Closed, Discard, Occupant, Proto, RingWrite, Tally};
 use crate::region::{self, AttachError, Header, Storage};
 use crate::report::PidsUnjudged;
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
-use crate::token::Token;
+use crate::token::{RegionId, Token};
 use crate::trace::{SlotTrace, TraceContext};
 use record::{EVENT_IDS, RecordSpec};
 
@@ -33,7 +33,7 @@ mod sweep;
 
 pub use attach::AttachOptions;
 pub use builder::RegionBuilder;
-pub use reader::{ClosedReader, GiveUp, ReaderError, ReaderHolder, RingState};
+pub use reader::{ClosedReader, GiveUp, ReaderError, ReaderHolder};
 
 /// Whether a region's `host_monotonic` domain is this process's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,7 +187,10 @@ impl Viewer {
             Some(i) => f
                 .debug_struct(name)
                 .field("path", &i.path)
-                .field("region_id", &format_args!("{:016x}", i.header.region_id))
+                .field(
+                    "region_id",
+                    &format_args!("{}", RegionId::new(i.header.region_id)),
+                )
                 .field("edges", &i.header.edges)
                 .field("storage", &i.storage)
                 .finish(),

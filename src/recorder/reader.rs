@@ -4,11 +4,12 @@
 use std::fmt;
 use std::sync::Mutex;
 
-use super::{Live, Recorder, Viewer};
+use super::{Live, Recorder};
 use crate::process;
 use crate::protocol::{READER_SLOTS, Settle, TakeAs};
 use crate::region::SweepError;
 use crate::trace::{ClosedRequest, Drained};
+use crate::word::ReaderWord;
 
 /// A registered reader of a region's ring of closed requests
 /// ([`Recorder::closed_reader`]): what it takes stays in the ring as taken
@@ -47,7 +48,7 @@ pub struct ClosedReader {
     /// This reader's slot in the region's reader table.
     slot: u8,
     /// The identity it holds its slot under.
-    me: u64,
+    me: ReaderWord,
     /// Requests a previous holder of this slot left taken, adopted at
     /// registration and handed out by the next [`ClosedReader::adopt`].
     leftover: Mutex<Vec<ClosedRequest>>,
@@ -119,18 +120,18 @@ impl fmt::Display for ReaderError {
 
 impl std::error::Error for ReaderError {}
 
-/// The calling process's identity as a reader: `pid << 32 | start ticks &
-/// 0xffff_ffff` (never 0: a pid is never 0).
-fn identity() -> u64 {
+/// The calling process's identity as a reader: its pid and start time.
+fn identity() -> ReaderWord {
     let o = process::owner_identity();
-    o.pid << 32 | (o.start_ticks & 0xffff_ffff)
+    ReaderWord::held(o.pid as u32, o.start_ticks)
 }
 
-fn holder(slot: u8, word: u64) -> ReaderHolder {
+fn holder(slot: u8, word: ReaderWord) -> ReaderHolder {
+    let (pid, start_ticks_low) = word.decode();
     ReaderHolder {
         slot,
-        pid: (word >> 32) as u32,
-        start_ticks_low: word as u32,
+        pid,
+        start_ticks_low,
     }
 }
 
@@ -175,7 +176,7 @@ impl Recorder {
         let me = identity();
         for slot in READER_SLOTS {
             let was = proto.reader_word(slot);
-            if (was == 0 || dead(&holder(slot, was))) && proto.hold_reader(slot, was, me) {
+            if (was.is_free() || dead(&holder(slot, was))) && proto.hold_reader(slot, was, me) {
                 let reader = ClosedReader {
                     rec: self.clone(),
                     slot,
@@ -219,17 +220,22 @@ impl ClosedReader {
     ) -> usize {
         let before = out.len();
         out.append(&mut self.leftover.lock().unwrap_or_else(|e| e.into_inner()));
-        let Some(Live { proto, .. }) = self.rec.live() else {
+        let Some(Live { inner, proto }) = self.rec.live() else {
             return out.len() - before;
         };
-        // Only slots with something to adopt are looked at (and held).
-        let takers = proto.ring_takers();
+        // Only slots with something to adopt are looked at (and held). The
+        // ring's entries in a hole of a sparse file were never written:
+        // nothing there was taken.
+        let mut takers = 0;
+        inner.storage.ring_runs(&inner.header.layout, |from, to| {
+            takers |= proto.ring_takers(from..to);
+        });
         for slot in READER_SLOTS {
             if slot == self.slot || takers & 1 << slot == 0 {
                 continue;
             }
             let was = proto.reader_word(slot);
-            if was != 0 && !dead(&holder(slot, was)) {
+            if !was.is_free() && !dead(&holder(slot, was)) {
                 continue;
             }
             if !proto.hold_reader(slot, was, self.me) {
@@ -249,11 +255,19 @@ impl ClosedReader {
         };
         let mut buf = Vec::with_capacity(inner.header.layout.ring_words);
         let mut malformed = Vec::new();
-        proto.ring_adopt(from, self.slot, &mut buf, |claim, words| {
-            match live.closed_request(claim, words) {
-                Some(c) => out.push(c),
-                None => malformed.push(claim),
-            }
+        // Entries in a hole of a sparse file were never written, so never
+        // taken: left out, as a sweep leaves out the slots there.
+        inner.storage.ring_runs(&inner.header.layout, |first, end| {
+            proto.ring_adopt(
+                from,
+                self.slot,
+                first..end,
+                &mut buf,
+                |claim, words| match live.closed_request(claim, words) {
+                    Some(c) => out.push(c),
+                    None => malformed.push(claim),
+                },
+            );
         });
         for claim in malformed {
             proto.ring_settle(claim, self.slot, Settle::Lost);
@@ -323,46 +337,5 @@ impl Drop for ClosedReader {
         if let Some(Live { proto, .. }) = self.rec.live() {
             proto.release_reader(self.slot);
         }
-    }
-}
-
-/// What a region's ring of closed requests holds, as seen without taking
-/// anything ([`Viewer::closed_ring`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RingState {
-    /// Entries of the ring.
-    pub entries: u32,
-    /// Closes that claimed an entry so far.
-    pub closed: u64,
-    /// Entries published and not yet taken by any reader.
-    pub unread: u64,
-    /// Entries taken by a registered reader and not yet acknowledged or
-    /// given up.
-    pub unacknowledged: u64,
-    /// Readers registered in the region's reader table.
-    pub readers: u64,
-}
-
-impl Viewer {
-    /// What the region's ring of closed requests holds now (`None` for a
-    /// disabled handle or a region without a ring). Losses are in
-    /// [`Counters`](crate::report::Counters): `closed_lost` counts the
-    /// entries overwritten (or torn) before a reader took them, as they
-    /// are overwritten, whether or not a reader runs.
-    pub fn closed_ring(&self) -> Option<RingState> {
-        let Live { inner, proto } = self.live()?;
-        let entries = inner.header.layout.ring_entries;
-        if entries == 0 {
-            return None;
-        }
-        let (closed, unread, unacknowledged, readers) = proto.ring_states();
-        Some(RingState {
-            entries,
-            closed,
-            unread,
-            unacknowledged,
-            readers,
-        })
     }
 }

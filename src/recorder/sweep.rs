@@ -93,6 +93,16 @@ impl Viewer {
         Ok(out)
     }
 
+    /// How many requests are open: [`Viewer::open_requests_checked`]
+    /// without collecting their tokens.
+    pub(crate) fn open_count_checked(&self) -> Result<u32, SweepError> {
+        let mut n = 0u32;
+        if let Some(live) = self.live() {
+            live.sweep(|_| n = n.saturating_add(1))?;
+        }
+        Ok(n)
+    }
+
     /// Snapshots of every open request: one sweep of the region, collected.
     /// [`Viewer::for_each_open`] does the same without holding them all.
     /// Errors as [`Viewer::for_each_open`].

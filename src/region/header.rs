@@ -9,7 +9,7 @@ use crate::layout::*;
 use crate::mark::Edge;
 use crate::schema::{MAX_DOMAINS, MAX_EVENTS, Schema, SchemaError};
 use crate::sync::{AtomicU64, Ordering};
-use crate::word::{NAME_WORDS, pack_name, unpack_name};
+use crate::word::{EdgeWord, EventMetaWord, NAME_WORDS, pack_name, unpack_name};
 
 /// Everything a validated header says.
 #[derive(Clone, Debug)]
@@ -82,7 +82,7 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
     put(H_RING_STRIDE, l.ring_stride_bytes());
     put(H_RING_OFFSET, l.ring_offset_bytes());
     for (i, e) in h.edges.iter().enumerate() {
-        put(H_EDGE_TABLE + i, u64::from(e.from) | u64::from(e.to) << 32);
+        put(H_EDGE_TABLE + i, EdgeWord::new(e.from, e.to).bits());
     }
     crate::domains::write_declared(words, h.schema.domains());
     for (i, e) in h.schema.events().iter().enumerate() {
@@ -92,7 +92,7 @@ pub(crate) fn write_header(words: &[AtomicU64], h: &Header) {
         }
         put(
             base + NAME_WORDS,
-            u64::from(e.domain().0) | u64::from(e.keeps_chunk_seq()) << 8,
+            EventMetaWord::new(e.domain().0, e.keeps_chunk_seq()).bits(),
         );
     }
     // Release: publishes every word above (and the zeroed slots); pairs with
@@ -198,19 +198,20 @@ pub(crate) fn read_header(words: &[AtomicU64], file_len: u64) -> Result<Header, 
         let base = H_EVENT_TABLE + i * EVENT_WORDS;
         let name = name_at(base, format!("event #{i}"))?;
         let meta = get(base + NAME_WORDS);
-        if meta >> 9 != 0 {
+        let Some((domain, keeps_chunk_seq)) = EventMetaWord::from_bits(meta).decode() else {
             return Err(AttachError::Geometry(GeometryError::EventFlags {
                 event: i,
                 flags: meta,
             }));
-        }
-        events.push((name, (meta & 0xff) as u8, meta & 0x100 != 0));
+        };
+        events.push((name, domain, keeps_chunk_seq));
     }
     let schema = Schema::from_parts(events, domains).map_err(AttachError::Schema)?;
     let mut edges: Vec<Edge> = Vec::with_capacity(layout.edges as usize);
     for i in 0..layout.edges as usize {
         let w = get(H_EDGE_TABLE + i);
-        let e = Edge::new(w as u32, (w >> 32) as u32);
+        let (from, to) = EdgeWord::from_bits(w).decode();
+        let e = Edge::new(from, to);
         if e.from == e.to || edges.contains(&e) {
             return Err(AttachError::Geometry(GeometryError::Edge {
                 index: i,

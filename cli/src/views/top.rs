@@ -409,7 +409,7 @@ impl Top {
             Line::from(vec![
                 "edgemark top ".bold(),
                 format!(
-                    "{}  region {:016x}  {} edges  up {:.0} s  refreshed every {} s",
+                    "{}  region {}  {} edges  up {:.0} s  refreshed every {} s",
                     self.path.display(),
                     self.info.region_id,
                     self.rec.edges().len(),

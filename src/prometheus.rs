@@ -4,10 +4,13 @@
 //! Every call reads the region afresh: the histograms of closed requests
 //! (kept in the region by the close that ended each request, so each request
 //! is counted exactly once however often it is scraped, and nothing is lost
-//! or repeated when the server restarts), the refusal counters, and a sweep
-//! of the slots for the open-request and free-slot gauges. Labels are
-//! bounded: an edge, an event, a refusal reason; never a request. Times are
-//! in seconds, as Prometheus names them.
+//! or repeated when the server restarts), the refusal counters and the
+//! ring's counters of closed requests (lost, acknowledged, given up,
+//! overwritten while a reader held them), a sweep of the slots for the
+//! open-request and free-slot gauges, and a pass over the ring for its
+//! unread, unacknowledged and reader gauges. Labels are bounded: an edge,
+//! an event, a reason; never a request. Times are in seconds, as
+//! Prometheus names them.
 //!
 //! The text is encoded by `prometheus-client`, in one of the two formats
 //! Prometheus reads: OpenMetrics, or the classic text format that older
@@ -19,21 +22,21 @@
 //! it; an orchestrator that already runs a server serves it from there:
 //!
 //! ```
-//! use edgemark::export::{self, Format};
+//! use edgemark::prometheus::{self, Format};
 //! let rec = edgemark::Recorder::builder().edge(0, 1).create_in_memory()?;
 //! let t = rec.begin().expect("a free slot");
 //!
 //! // In the `/metrics` handler of whatever server the process runs:
 //! let accept = Some("text/plain;version=0.0.4"); // the request's Accept header
 //! let format = Format::negotiate(accept);
-//! let body = export::render(&rec, format);
+//! let body = prometheus::render(&rec, format);
 //! let content_type = format.content_type();
 //! assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
 //! assert!(body.contains("edgemark_open_requests 1"));
 //! assert!(body.contains("# TYPE edgemark_closed_requests_total counter"));
 //! rec.close(t);
-//! assert!(export::render(&rec, format).contains("edgemark_closed_requests_total 1"));
-//! assert!(export::render(&rec, Format::OpenMetrics).ends_with("# EOF\n"));
+//! assert!(prometheus::render(&rec, format).contains("edgemark_closed_requests_total 1"));
+//! assert!(prometheus::render(&rec, Format::OpenMetrics).ends_with("# EOF\n"));
 //! # Ok::<(), edgemark::CreateError>(())
 //! ```
 
@@ -46,8 +49,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::report::{Counters, EdgeHistogram};
-use crate::{SweepError, Viewer};
+use crate::recorder::Viewer;
+use crate::region::SweepError;
+use crate::report::{Counters, EdgeHistogram, Occupancy};
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,10 +167,10 @@ pub fn render_into(
 /// file again and render anew. No region is no error.
 ///
 /// ```
-/// use edgemark::export::{self, Format, ServerCounter};
+/// use edgemark::prometheus::{self, Format, ServerCounter};
 /// let served = [ServerCounter::new("my_reloads", "Times the file was attached again", 2)];
 /// let mut text = String::new();
-/// export::render_with(None, &served, Format::Text, &mut text)?;
+/// prometheus::render_with(None, &served, Format::Text, &mut text)?;
 /// assert!(text.contains("edgemark_region_ok 0\n"));
 /// assert!(text.contains("# TYPE my_reloads_total counter\nmy_reloads_total 2\n"));
 /// # Ok::<(), edgemark::SweepError>(())
@@ -197,13 +201,16 @@ pub fn render_with(
 }
 
 /// What one scrape read of a region: everything it shows, read before any
-/// of it is encoded.
+/// of it is encoded. The counters and gauges are the parts of the region's
+/// [`RegionReport`](crate::report::RegionReport), the values `inspect --json` and Python's
+/// `Region.report()` show under the same names.
 #[derive(Debug)]
 struct Read {
     hists: Vec<EdgeHistogram>,
-    open: i64,
+    /// The report's counters (all zero for a disabled recorder).
     counters: Counters,
-    slots: i64,
+    /// The report's occupancy (no slots for a disabled recorder).
+    occupancy: Occupancy,
 }
 
 impl Read {
@@ -214,14 +221,14 @@ impl Read {
     fn take(rec: &Viewer) -> Result<Read, SweepError> {
         rec.check()?;
         let hists = rec.histograms_checked()?;
-        let open = rec.open_requests_checked()?.len() as i64;
-        let counters = rec.counters();
+        let report = rec.report_checked()?;
         rec.check()?;
+        let (counters, occupancy) =
+            report.map_or_else(Default::default, |r| (r.counters, r.occupancy));
         Ok(Read {
             hists,
-            open,
             counters,
-            slots: rec.info().map_or(0, |i| i64::from(i.slots)),
+            occupancy,
         })
     }
 }
@@ -276,17 +283,67 @@ impl Collector for ScrapeCollector {
                 "Segments that left a request's window of kept segments",
                 c.dropped_segments,
             )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_lost",
+                "Closed requests that left the ring of closed requests unread (a reader a ring behind, or a torn entry)",
+                c.closed_lost,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_acknowledged",
+                "Closed requests a registered reader of the ring acknowledged (its receiver has them)",
+                c.closed_acknowledged,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_overwritten_taken",
+                "Closed requests the ring overwrote while a registered reader held them unsettled",
+                c.closed_overwritten_taken,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_settled_overwritten",
+                "Of those overwritten while held, the ones their reader settled afterwards (the rest left with readers that died)",
+                c.closed_settled_overwritten,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_bad_trace_contexts",
+                "Malformed trace contexts ignored at begin (their requests began in a new trace)",
+                c.bad_trace_contexts,
+            )?;
             gauge(
                 &mut enc,
                 "edgemark_open_requests",
                 "Requests open now",
-                read.open,
+                i64::from(read.occupancy.open_requests),
             )?;
             gauge(
                 &mut enc,
                 "edgemark_free_slots",
                 "Slots free now",
-                read.slots - read.open,
+                i64::from(read.occupancy.free_slots),
+            )?;
+            // Counted in one pass over the ring's entries (at most 2^20) and
+            // the reader table (8 words): they always fit an i64.
+            gauge(
+                &mut enc,
+                "edgemark_closed_unread",
+                "Entries of the ring of closed requests published and not yet taken by a reader",
+                i64::try_from(read.occupancy.closed_unread).unwrap_or(i64::MAX),
+            )?;
+            gauge(
+                &mut enc,
+                "edgemark_closed_unacknowledged",
+                "Entries of the ring a registered reader took and has not yet acknowledged or given up",
+                i64::try_from(read.occupancy.closed_unacknowledged).unwrap_or(i64::MAX),
+            )?;
+            gauge(
+                &mut enc,
+                "edgemark_closed_readers",
+                "Readers registered in the ring's reader table",
+                i64::try_from(read.occupancy.closed_readers).unwrap_or(i64::MAX),
             )?;
         }
         for c in &self.counters {
@@ -297,7 +354,8 @@ impl Collector for ScrapeCollector {
 }
 
 impl Read {
-    /// The histogram and refusal families.
+    /// The histogram families and the counter families with a reason
+    /// label.
     fn encode(&self, enc: &mut DescriptorEncoder<'_>, format: Format) -> std::fmt::Result {
         {
             let (family, unit) = format.family("edgemark_boundary_elapsed", Kind::Seconds);
@@ -332,16 +390,29 @@ impl Read {
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        let (family, unit) = format.family("edgemark_refused_records", Kind::Counter);
+        {
+            let (family, unit) = format.family("edgemark_refused_records", Kind::Counter);
+            let mut family = enc.encode_descriptor(
+                &family,
+                "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
+                unit,
+                MetricType::Counter,
+            )?;
+            for (o, n) in &self.counters.refused {
+                let labels = [("reason", o.name())];
+                format.counter_sample(family.encode_family(&labels)?, *n)?;
+            }
+        }
+        let (family, unit) = format.family("edgemark_closed_given_up", Kind::Counter);
         let mut family = enc.encode_descriptor(
             &family,
-            "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
+            "Closed requests a registered reader of the ring took and gave up on, by reason",
             unit,
             MetricType::Counter,
         )?;
-        for (o, n) in &self.counters.refused {
-            let labels = [("reason", o.name())];
-            format.counter_sample(family.encode_family(&labels)?, *n)?;
+        for (reason, n) in self.counters.closed_given_up.by_reason() {
+            let labels = [("reason", reason)];
+            format.counter_sample(family.encode_family(&labels)?, n)?;
         }
         Ok(())
     }
@@ -370,7 +441,9 @@ fn encode_histogram(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Edge, Event, Mark, Recorder};
+    use crate::mark::{Edge, Mark};
+    use crate::recorder::Recorder;
+    use crate::schema::Event;
 
     /// The lines of `text` that are not comments: the samples.
     fn samples(text: &str) -> Vec<&str> {

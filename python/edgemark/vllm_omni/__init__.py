@@ -1,0 +1,108 @@
+"""Records vLLM-Omni's stream-edge events into an edgemark region, with no
+change to vLLM-Omni's code.
+
+Install ``edgemark[vllm-omni]`` and set ``EDGEMARK_VLLM_OMNI=1``: vLLM-Omni
+loads this package's ``register`` in every one of its processes (its
+``vllm_omni.general_plugins`` entry point group), and ``register`` wraps the
+call sites of both stage transports:
+
+- ``adapter``: the async-chunk transfer adapter, which the scheduler builds
+  under the default model runner with ``async_chunk: true`` (most deploy
+  files, Qwen3-Omni's among them);
+- ``runner``: the model runner's connector mixin (the v2 native data plane,
+  and full-payload mode);
+- ``orchestrator``: the API server, which begins and closes each request,
+  hands its trace context to every stage's engine request, and puts the
+  snapshot into every response as ``metrics["stream_edge_metrics"]``.
+
+Each module's documentation lists its call sites and what each records.
+Supported releases: ``package.SUPPORTED``. The token reaches a stage process
+on the API server's host through the request lookup (``_channel``); a stage
+on another host begins a request of its own host's under the trace context
+its engine request carries (see docs/vllm-omni.md).
+
+Nothing here ever raises into vLLM-Omni: a wrapper that fails records
+nothing and calls through; vLLM-Omni's own exceptions pass unchanged.
+Outside the supported releases, or when a wrapped attribute is missing or
+has another signature, ``instrument`` logs one warning and patches nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+from ._instrumentor import VllmOmniInstrumentor
+from ._recording import ENV_ENABLE, ENV_REGION, ENV_SLOTS, log
+from .__main__ import clean
+from .package import SUPPORTED
+
+__all__ = [
+    "ENV_ENABLE",
+    "ENV_REGION",
+    "ENV_SLOTS",
+    "SUPPORTED",
+    "VllmOmniInstrumentor",
+    "clean",
+    "close_request",
+    "instrument",
+    "instrumentor",
+    "is_instrumented",
+    "register",
+    "stage_freed",
+    "traceparent_of",
+    "uninstrument",
+]
+
+#: This process's instrumentor: what ``register`` and ``instrument`` use.
+instrumentor = VllmOmniInstrumentor()
+
+
+def register() -> None:
+    """The ``vllm_omni.general_plugins`` entry point: ``instrument()`` when
+    ``EDGEMARK_VLLM_OMNI=1``, else nothing. Never raises."""
+    try:
+        if os.environ.get(ENV_ENABLE) == "1":
+            instrument()
+    except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM-Omni
+        log.warning("edgemark: the vLLM-Omni plugin did not load: %s", e)
+
+
+def instrument() -> bool:
+    """Wraps vLLM-Omni's call sites in this process. Idempotent: a second
+    call does nothing. Returns whether the call sites are patched."""
+    return instrumentor.instrument()
+
+
+def uninstrument() -> None:
+    """Puts back every function ``instrument`` replaced. Idempotent."""
+    instrumentor.uninstrument()
+
+
+def is_instrumented() -> bool:
+    """Whether this process's vLLM-Omni is patched."""
+    return instrumentor.is_instrumented
+
+
+def traceparent_of(request_id: str) -> Optional[str]:
+    """The W3C ``traceparent`` the API server hands ``request_id``'s stages
+    (its trace, the request's own span as the parent), or ``None`` when this
+    process began no such request."""
+    rec = instrumentor.recording
+    return rec.traceparent(request_id) if rec is not None else None
+
+
+def close_request(request_id: str) -> Dict[str, Any]:
+    """Closes a request this process (the API server) began, as its cleanup
+    does; returns the final snapshot (``{}`` if there is none)."""
+    rec = instrumentor.recording
+    return rec.close(request_id) if rec is not None else {}
+
+
+def stage_freed(request_id: str) -> None:
+    """What a stage's wrappers do when the stage frees ``request_id``: forget
+    the instance in this process, and close it if this process began it on
+    its own host's region."""
+    rec = instrumentor.recording
+    if rec is not None:
+        rec.stage_freed(request_id)

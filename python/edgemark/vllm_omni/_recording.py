@@ -1,0 +1,477 @@
+"""This process's recording state, in one object (``Recording``): the
+region, the requests this process began (``Owner``, in the API server, and
+host-local requests on a stage's own host), and what a stage process knows
+of each request instance."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from .. import Event
+from .._edgemark import Region, Token, default_dir
+from . import _channel
+
+log = logging.getLogger("edgemark.vllm_omni")
+
+#: Set to ``1`` to record; anything else leaves vLLM-Omni untouched.
+ENV_ENABLE = "EDGEMARK_VLLM_OMNI"
+#: The region file of this host. The API-server process sets it when it
+#: loads the plugin (before it starts the stage processes, which inherit
+#: it); set it yourself to choose the file (on a host that runs stages only,
+#: set it for ``edgemark export`` to find the region).
+ENV_REGION = "EDGEMARK_VLLM_OMNI_REGION"
+#: Requests the region holds open at once; by default sized from the
+#: stages' ``max_num_seqs`` (four times their sum, at least 256, at most
+#: 65536).
+ENV_SLOTS = "EDGEMARK_VLLM_OMNI_SLOTS"
+
+PREFIX = "edgemark-vllm-omni-"
+STAGES = 8
+MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
+#: Request instances a stage process remembers.
+CACHE = 4096
+RETRY_ATTACH_S = 2.0
+RETRY_MISSING_S = 1.0
+RETRY_CLOSED_S = 0.05
+
+# The event numbers, from the core's table.
+EMIT = int(Event.PRODUCER_FIRST_NONEMPTY_EMIT)
+SEND = int(Event.EDGE_FIRST_SEND_COMPLETE)
+ACCEPT = int(Event.CONSUMER_FIRST_ACCEPT)
+OUTPUT = int(Event.CONSUMER_FIRST_NONEMPTY_OUTPUT)
+
+
+class Once:
+    """Log lines said once per process."""
+
+    def __init__(self) -> None:
+        self._said: Set[str] = set()
+
+    def warn(self, what: str, msg: str, *args: Any) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            log.warning(msg, *args)
+
+    def debug(self, what: str, msg: str, *args: Any) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            log.debug(msg, *args)
+
+
+def edges(stages: int) -> List[Tuple[int, int]]:
+    """The directed edges a region declares for ``stages`` stages."""
+    if stages <= STAGES:
+        return [(a, b) for a in range(stages) for b in range(stages) if a != b]
+    forward = [(a, b) for a in range(stages) for b in range(a + 1, stages)]
+    return forward if len(forward) <= 64 else [(a, a + 1) for a in range(min(stages - 1, 64))]
+
+
+def env_slots(once: Once) -> Optional[int]:
+    v = os.environ.get(ENV_SLOTS)
+    if not v:
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        once.warn("slots", "edgemark: %s=%r is not a number, using the default", ENV_SLOTS, v)
+        return None
+    return min(max(n, 1), MAX_SLOTS)
+
+
+def slots_for(pools: List[Any], once: Once) -> int:
+    """Requests the region holds open at once for these stage pools:
+    ``EDGEMARK_VLLM_OMNI_SLOTS``, else four times the sum of the stages'
+    ``max_num_seqs`` (at least 256, at most 65536), else 1024."""
+    slots = env_slots(once)
+    if slots is not None:
+        return slots
+    total = 0
+    for pool in pools:
+        cfg = getattr(pool, "stage_vllm_config", None)
+        n = getattr(getattr(cfg, "scheduler_config", None), "max_num_seqs", None)
+        if isinstance(n, int) and n > 0:
+            total += n
+    return min(max(4 * total, MIN_SLOTS), MAX_SLOTS) if total else FALLBACK_SLOTS
+
+
+def region_path() -> Tuple[str, bool]:
+    """This host's region file, and whether the user named it. The first
+    process that loads the plugin (the API server) names it when nobody did;
+    the stage processes it starts inherit the name."""
+    path = os.environ.get(ENV_REGION)
+    if path:
+        return path, os.environ.get("_EDGEMARK_VLLM_OMNI_NAMED") != path
+    path = os.path.join(default_dir(), f"{PREFIX}{os.getpid()}.region")
+    os.environ[ENV_REGION] = path
+    # Stage processes inherit both: the name is the plugin's, not the user's.
+    os.environ["_EDGEMARK_VLLM_OMNI_NAMED"] = path
+    return path, False
+
+
+def _own_regular_file(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def _create_or_attach(path: str, stages: int, slots: int, user_named: bool) -> Tuple[Region, bool]:
+    """The region at ``path``: created here (``True``), or a region file the
+    user named and this user owns, attached (``False``). A file at a name
+    the plugin chose, or one another user owns, is refused."""
+    try:
+        return Region.create(path, edges=edges(stages), slots=slots), True
+    except FileExistsError:
+        if not user_named:
+            raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
+        if not _own_regular_file(path):
+            raise _channel.UntrustedError(f"{path} is not a regular file this user owns") from None
+        return Region.attach(path), False
+
+
+def _remove_files(path: str, creator: int, writer: Optional[_channel.Writer]) -> None:
+    # A forked child inherits the hook: only the creator removes its files.
+    if os.getpid() != creator:
+        return
+    if writer is not None:
+        writer.remove()
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class Owner:
+    """The requests this process began, under vLLM-Omni's request IDs: the
+    API server's (``Region.begin`` for each ``ClientRequestState``), with
+    the lookup its stage processes read the tokens from."""
+
+    def __init__(self, path: str, stages: int, slots: int, user_named: bool, once: Once) -> None:
+        self.path = path
+        self.region, created = _create_or_attach(path, stages, slots, user_named)
+        self.writer: Optional[_channel.Writer] = None
+        try:
+            self.writer = _channel.Writer(_channel.lookup_dir(path))
+        except OSError as e:
+            once.warn(
+                "lookup",
+                "edgemark: the request lookup %s cannot be trusted, stage processes record nothing: %s",
+                _channel.lookup_dir(path),
+                e,
+            )
+        if created or self.writer is not None:
+            atexit.register(_remove_files, path if created else "", os.getpid(), self.writer)
+        self.tokens: Dict[str, Token] = {}
+        #: Request IDs begun under a caller's trace context.
+        self.parented: Set[str] = set()
+        self.lock = threading.Lock()
+
+    def begin(self, request_id: str, traceparent: Optional[str], once: Once) -> Optional[Token]:
+        token = self.region.begin(traceparent, strict=False)
+        if token is None:
+            once.warn("full", "edgemark: the region is full, a request runs unrecorded")
+            return None
+        if self.writer is not None:
+            self.writer.publish(request_id, token)
+        with self.lock:
+            old = self.tokens.pop(request_id, None)
+            self.tokens[request_id] = token
+            if traceparent:
+                self.parented.add(request_id)
+            else:
+                self.parented.discard(request_id)
+        if old is not None:
+            # vLLM-Omni reused an ID whose earlier instance never closed.
+            self.region.close(old)
+        return token
+
+    def close(self, request_id: str, token: Optional[Token] = None) -> Dict[str, Any]:
+        """Closes ``request_id``'s instance (``token``'s, if given; nothing
+        if another instance holds the ID now). Returns the final snapshot."""
+        with self.lock:
+            current = self.tokens.get(request_id)
+            if token is None:
+                token = current
+            if token is not None and current == token:
+                del self.tokens[request_id]
+                self.parented.discard(request_id)
+                if self.writer is not None:
+                    self.writer.withdraw(request_id)
+        if token is None:
+            return {}
+        final = self.region.close(token)
+        return final if final is not None else {}
+
+
+@dataclass
+class StageRequest:
+    """One request instance as a stage process knows it."""
+
+    token: Optional[Token]
+    #: When the lookup was last read for it.
+    checked: float
+    #: (from, to, event) that need no more records from this process.
+    done: Set[Tuple[int, int, int]] = field(default_factory=set)
+    #: Closed, and no newer instance was found at ``checked``.
+    dead: bool = False
+    #: Begun by this process, on its own host's region, under the trace
+    #: context its request carried: closed when its stage frees it.
+    local: bool = False
+
+
+class Recording:
+    """Everything this process records with: one per process, made by the
+    instrumentor, handed to every wrapper."""
+
+    def __init__(self) -> None:
+        self.once = Once()
+        self.path, self.user_named = region_path()
+        self.owner: Optional[Owner] = None
+        self._region: Optional[Region] = None
+        self._next_attach = 0.0
+        self._reader = _channel.Reader(_channel.lookup_dir(self.path))
+        self._reader_ok: Optional[bool] = None
+        #: The request instances this process knows, by request ID.
+        self.requests: "collections.OrderedDict[str, StageRequest]" = collections.OrderedDict()
+        self.lock = threading.Lock()
+        #: Puts every call site back (the instrumentor's): when this host's
+        #: region cannot be made, nothing stays patched.
+        self.uninstrument: Callable[[], None] = lambda: None
+        #: This process could not create its region as the API server.
+        self.failed = False
+
+    # -- the API server -----------------------------------------------------
+
+    def start_owner(self, stages: int, slots: int) -> Owner:
+        """Creates this host's region as the API server (``OSError`` or
+        ``ValueError`` if it cannot)."""
+        with self.lock:
+            if self.owner is None:
+                self.owner = Owner(self.path, stages, slots, self.user_named, self.once)
+                log.info("edgemark: recording stream-edge events into %s", self.path)
+            return self.owner
+
+    def ensure_owner(self, stages: int, slots: int) -> Optional[Owner]:
+        """This host's region as the API server, created on first use. If
+        it cannot be created (``/dev/shm`` too small for it, a file in the
+        way), says so once and puts every call site back: the server
+        serves, unrecorded."""
+        owner = self.owner
+        if owner is not None or self.failed:
+            return owner
+        try:
+            return self.start_owner(stages, slots)
+        except (OSError, ValueError) as e:
+            self.failed = True
+            self.once.warn(
+                "create",
+                "edgemark: cannot create the region %s, nothing is patched and stream-edge events are not "
+                "recorded: %s",
+                self.path,
+                e,
+            )
+            self.uninstrument()
+            return None
+
+    def begin(self, request_id: str, traceparent: Optional[str] = None) -> Optional[Token]:
+        """Begins ``request_id`` as the API server (creating the region on
+        first use); ``None`` if it runs unrecorded."""
+        owner = self.ensure_owner(STAGES, env_slots(self.once) or FALLBACK_SLOTS)
+        return owner.begin(request_id, traceparent, self.once) if owner is not None else None
+
+    def reparent(self, request_id: str, traceparent: str) -> None:
+        """Begins ``request_id`` again under the caller's ``traceparent``
+        when it was begun without one and nothing was recorded yet (the
+        trace context reaches the plugin after the request state exists)."""
+        owner = self.owner
+        if owner is None or request_id in owner.parented:
+            return
+        token = owner.tokens.get(request_id)
+        if token is None or owner.region.snapshot(token):
+            return
+        owner.close(request_id, token)
+        self.forget(request_id)
+        owner.begin(request_id, traceparent, self.once)
+
+    def traceparent(self, request_id: str) -> Optional[str]:
+        """The ``traceparent`` the API server hands ``request_id``'s stages."""
+        owner = self.owner
+        token = owner.tokens.get(request_id) if owner is not None else None
+        return owner.region.traceparent(token) if token is not None else None
+
+    def close(self, request_id: str, token: Optional[Token] = None) -> Dict[str, Any]:
+        """Closes a request the API server began; its final snapshot."""
+        owner = self.owner
+        if owner is None:
+            return {}
+        # What this process recorded for the instance (the consumer's
+        # output) is done with it: a later instance starts afresh.
+        self.forget(request_id)
+        return owner.close(request_id, token)
+
+    # -- every process ------------------------------------------------------
+
+    def forget(self, request_id: str) -> Optional[StageRequest]:
+        with self.lock:
+            return self.requests.pop(request_id, None)
+
+    def stage_freed(self, request_id: str) -> None:
+        """A stage freed ``request_id``: a later request under the same ID is
+        another instance, and a host-local request is closed."""
+        req = self.forget(request_id)
+        if req is not None and req.local and req.token is not None:
+            region = self._region
+            if region is not None:
+                region.close(req.token)
+
+    def region(self, create: bool = False) -> Optional[Region]:
+        """This host's region: the API server's own, or attached by path
+        (retried every ``RETRY_ATTACH_S``); with ``create``, created here
+        when no process on this host made it (a host that runs stages only)."""
+        region = self._region
+        if region is not None:
+            return region
+        owner = self.owner
+        if owner is not None:
+            self._region = owner.region
+            return owner.region
+        now = time.monotonic()
+        if now < self._next_attach and not create:
+            return None
+        self._next_attach = now + RETRY_ATTACH_S
+        try:
+            if not _own_regular_file(self.path):
+                raise FileNotFoundError(f"no region file of this user's at {self.path}")
+            self._region = Region.attach(self.path)
+        except (OSError, ValueError) as e:
+            if create and isinstance(e, FileNotFoundError):
+                return self._create_host_region()
+            self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
+            return None
+        return self._region
+
+    def _create_host_region(self) -> Optional[Region]:
+        with self.lock:
+            if self._region is not None:
+                return self._region
+            try:
+                region, created = _create_or_attach(
+                    self.path, STAGES, env_slots(self.once) or FALLBACK_SLOTS, True
+                )
+            except (OSError, ValueError) as e:
+                self.once.warn("host", "edgemark: cannot create this host's region %s: %s", self.path, e)
+                return None
+            if created:
+                atexit.register(_remove_files, self.path, os.getpid(), None)
+                log.info("edgemark: recording this host's stages into %s", self.path)
+            self._region = region
+            return region
+
+    def _lookup(self, request_id: str) -> Optional[Token]:
+        owner = self.owner
+        if owner is not None:
+            return owner.tokens.get(request_id)
+        if self._reader_ok is None:
+            try:
+                self._reader.open()
+                self._reader_ok = True
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                self._reader_ok = False
+                self.once.warn("lookup", "edgemark: the request lookup cannot be trusted, it is not read: %s", e)
+        return self._reader.read(request_id) if self._reader_ok else None
+
+    def _request(self, request_id: str, traceparent: Callable[[], Optional[str]]) -> Optional[StageRequest]:
+        req = self.requests.get(request_id)
+        if req is not None and (req.token is not None or time.monotonic() < req.checked + RETRY_MISSING_S):
+            return req
+        region = self.region()
+        token = self._lookup(request_id) if region is not None else None
+        local = False
+        if token is None:
+            tp = traceparent()
+            if tp is not None and self.owner is None:
+                # A stage on a host the API server is not on: a request of
+                # this host's own, under the context the request carried.
+                region = region or self.region(create=True)
+                if region is not None:
+                    token = region.begin(tp, strict=False)
+                    local = token is not None
+            if token is None:
+                self.once.debug("token", "edgemark: no token for request %r, it records nothing here", request_id)
+        req = StageRequest(token, time.monotonic(), local=local)
+        with self.lock:
+            self.requests[request_id] = req
+            while len(self.requests) > CACHE:
+                _, evicted = self.requests.popitem(last=False)
+                if evicted.local and evicted.token is not None and self._region is not None:
+                    self._region.close(evicted.token)
+        return req
+
+    def _refresh(self, request_id: str, req: StageRequest) -> Optional[StageRequest]:
+        """The newer instance under ``request_id`` when ``req``'s request
+        is closed, or ``None``. A closed request with no newer instance is
+        looked up again at most every ``RETRY_CLOSED_S``."""
+        now = time.monotonic()
+        if req.local or (req.dead and now < req.checked + RETRY_CLOSED_S):
+            return None
+        newer = self._lookup(request_id)
+        if newer is None or newer == req.token:
+            req.dead, req.checked = True, now
+            return None
+        fresh = StageRequest(newer, now)
+        with self.lock:
+            self.requests[request_id] = fresh
+        return fresh
+
+    def record(
+        self,
+        request_id: str,
+        from_stage: int,
+        to_stage: int,
+        event: int,
+        meaningful: Callable[[], bool],
+        chunk_seq: Optional[int] = None,
+        traceparent: Callable[[], Optional[str]] = lambda: None,
+    ) -> None:
+        """Records ``event`` of ``request_id`` on ``from_stage -> to_stage``
+        once ``meaningful()`` says the payload counts; at most once per
+        process and instance, whatever the outcome."""
+        req = self._request(request_id, traceparent)
+        if req is None or req.token is None:
+            return
+        key = (from_stage, to_stage, event)
+        if key in req.done:
+            return
+        if not meaningful():
+            return
+        region = self._region
+        if region is None:
+            return
+        if region.record(req.token, from_stage, to_stage, event, chunk_seq=chunk_seq) or region.is_open(req.token):
+            # Recorded, or refused for good while the request is open (a
+            # duplicate from another process, an edge the region lacks).
+            req.done.add(key)
+            return
+        newer = self._refresh(request_id, req)
+        if newer is None:
+            req.done.add(key)
+        elif region.record(newer.token, from_stage, to_stage, event, chunk_seq=chunk_seq) or region.is_open(
+            newer.token
+        ):
+            newer.done.add(key)
+
+    def is_done(self, request_id: Any, key: Tuple[int, int, int]) -> bool:
+        """The wrappers' fast path: nothing more to record for ``key``."""
+        req = self.requests.get(request_id)
+        return req is not None and key in req.done

@@ -1,0 +1,79 @@
+//! What a region is and has counted: `report()`, and its two parts
+//! `info()` and `counters()`, each the core's encoding of the core's
+//! report (`edgemark::report::RegionReport`), as `inspect --json` prints it.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
+
+use super::PyRegion;
+use crate::errors::sweep_error;
+
+/// A serializable report as a Python dict, keys in the core's order.
+fn to_dict<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyDict>> {
+    Ok(pythonize::pythonize(py, value)?.cast_into::<PyDict>()?)
+}
+
+/// `d` as `edgemark._report.InfoDict`: the same dict, which also answers
+/// the keys `info()` had before the report's names (with a
+/// `DeprecationWarning`).
+fn with_former_keys<'py>(d: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    let py = d.py();
+    static INFO_DICT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let cls = INFO_DICT.import(py, "edgemark._report", "InfoDict")?;
+    Ok(cls.call1((d,))?.cast_into::<PyDict>()?)
+}
+
+#[pymethods]
+impl PyRegion {
+    /// Everything the region says about itself now, as ``edgemark inspect
+    /// --json`` prints it (without its ``"open"`` list): ``info()``'s keys
+    /// but ``path``, then ``counters()``'s, then ``"open_requests"`` and
+    /// ``"free_slots"`` from one sweep of the slots and
+    /// ``"closed_unread"``, ``"closed_unacknowledged"`` and
+    /// ``"closed_readers"`` from one pass over the ring of closed requests
+    /// (taken without the GIL). ``None`` when disabled. Raises
+    /// ``RegionShrunkError`` (or ``RegionNoSpaceError``) when the sweep
+    /// finds the file shrunk.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let view = self.view();
+        let report = py.detach(|| view.report()).map_err(sweep_error)?;
+        report.map(|r| to_dict(py, &r)).transpose()
+    }
+
+    /// The region's counters, the core's names: ``{"refused": {outcome:
+    /// n, ...}, "dropped_segments": n, "closed_requests": n,
+    /// "reclaimed_requests": n, "closed_lost": n, "closed_acknowledged":
+    /// n, "closed_given_up": {"queue_full": n, "retries_exhausted": n,
+    /// "refused": n}, "closed_overwritten_taken": n,
+    /// "closed_settled_overwritten": n, "bad_trace_contexts": n}``
+    /// (``refused`` in the core's counter order).
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        to_dict(py, &self.view().counters())
+    }
+
+    /// The region's geometry, identity and schema as a dict, ``None`` when
+    /// disabled: ``path``, then ``region_id``, ``bytes``, ``slots``,
+    /// ``segments``, ``slot_stride``, ``slots_offset``, ``edges``
+    /// (``"0->1"``), ``events`` (``{"name", "domain",
+    /// "keeps_chunk_seq"}``), ``domains``, ``clock`` (``{"kind",
+    /// "boot_id", "time_namespace", "shared_with_this_process"}``),
+    /// ``created_unix_ns``, ``creator_pid``, ``group_access``,
+    /// ``pid_namespaces`` (``{"mixed", "pids_judged", "why_not_judged"}``)
+    /// and ``closed_ring`` (``{"entries", "entry_bytes"}``).
+    ///
+    /// The keys of the previous release that moved into those objects
+    /// (``shares_clock``, ``mixed_pid_namespaces``, ``pids_unjudged``)
+    /// still answer, with a ``DeprecationWarning``, until the next one.
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(info) = self.view().info() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("path", self.path())?;
+        for (k, v) in to_dict(py, &info)? {
+            d.set_item(k, v)?;
+        }
+        with_former_keys(d).map(Some)
+    }
+}
