@@ -201,5 +201,6 @@ fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::J
 mod close;
 mod domains;
 mod ring;
+mod ring_ack;
 mod segment;
 mod slot;

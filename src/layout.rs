@@ -12,8 +12,12 @@ pub(crate) const HEADER_WORDS: usize = HEADER_BYTES / 8;
 
 /// `"EDGEMARK"` in little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"EDGEMARK");
-/// The region format this build reads and writes.
-pub(crate) const FORMAT_VERSION: u64 = 3;
+/// The region format this build reads and writes. 4: format 3's geometry,
+/// with the ring's acknowledgment (a ring entry's state word says which
+/// reader took it or that it is done with; the reader table; the ring's
+/// counters in words 28..=31, 58 and 59), which a format-3 process would
+/// misread (`docs/design.md`, "Format versions").
+pub(crate) const FORMAT_VERSION: u64 = 4;
 
 // Header words. Geometry and identity are written once before the version
 // word is published and never change after.
@@ -56,6 +60,17 @@ pub(crate) const H_RING_LOST: usize = 26;
 /// Trace contexts refused on the record path
 /// ([`crate::Recorder::begin_with_traceparent`]).
 pub(crate) const H_BAD_TRACE: usize = 27;
+/// Closed requests a registered reader took and acknowledged
+/// (`protocol/ring.rs`, "Acknowledgment").
+pub(crate) const H_RING_ACKED: usize = 28;
+/// Taken closed requests a reader gave up on because its queue was full.
+pub(crate) const H_RING_GAVE_UP_FULL: usize = 29;
+/// Taken closed requests a reader gave up on after retrying for as long as
+/// it retries.
+pub(crate) const H_RING_GAVE_UP_RETRIES: usize = 30;
+/// Entries a closer overwrote while a reader had taken them and not yet
+/// settled them (acknowledged or given up).
+pub(crate) const H_RING_OVERWRITTEN_TAKEN: usize = 31;
 // Written at run time, each group on its own cache line, away from the
 // read-mostly words above.
 /// The begin cursor: where the next `begin` starts its search.
@@ -69,6 +84,12 @@ pub(crate) const MAX_COUNTERS: usize = 15;
 pub(crate) const H_CLOSED: usize = 56;
 /// Requests freed by a reclaim.
 pub(crate) const H_RECLAIMED: usize = 57;
+/// Of [`H_RING_OVERWRITTEN_TAKEN`], those their reader settled afterwards:
+/// the difference is what readers that died took with them.
+pub(crate) const H_RING_SETTLED_OVERWRITTEN: usize = 58;
+/// Taken closed requests a reader gave up on because the collector (or
+/// whatever it sends to) refused them.
+pub(crate) const H_RING_GAVE_UP_REFUSED: usize = 59;
 /// Edge table: one word per edge ([`EdgeWord`](crate::word::EdgeWord)).
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
@@ -81,6 +102,12 @@ pub(crate) const EVENT_WORDS: usize = NAME_WORDS + 1;
 /// The clock-domain table, which processes write at run time
 /// (`domains.rs`): [`MAX_DOMAINS`] entries of a state word and the name.
 pub(crate) const H_DOMAIN_TABLE: usize = 256;
+/// The reader table of the ring of closed requests: [`MAX_READERS`]
+/// words, each free or the identity of the process whose reader holds it
+/// ([`ReaderWord`](crate::word::ReaderWord)).
+///
+/// [`MAX_READERS`]: crate::word::MAX_READERS
+pub(crate) const H_READERS: usize = 416;
 /// Words per entry of the clock-domain table: the state and the name.
 pub(crate) const DOMAIN_ENTRY_WORDS: usize = 1 + NAME_WORDS;
 
@@ -90,6 +117,8 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 pub const MAX_SEGMENTS: u32 = 64;
 /// Most entries the ring of closed requests can have.
 pub const MAX_CLOSED_ENTRIES: u32 = 1 << 20;
+/// What [`GeometryError::OutOfRange`] names for the ring's entry count.
+const RING_ENTRIES: &str = "the closed-request ring's entry count";
 /// Largest region this build creates or attaches, in bytes.
 pub(crate) const MAX_REGION_BYTES: u64 = 1 << 34;
 
@@ -289,7 +318,13 @@ impl std::fmt::Display for GeometryError {
         match self {
             GeometryError::Oversized { what, value } => write!(f, "{what} is {value}"),
             GeometryError::OutOfRange { what, value, max } => {
-                write!(f, "{what} is {value}; it must be between 1 and {max}")
+                // A ring of 0 entries is a region without one.
+                let min = if *what == RING_ENTRIES {
+                    "0 (no ring)"
+                } else {
+                    "1"
+                };
+                write!(f, "{what} is {value}; it must be between {min} and {max}")
             }
             GeometryError::TooLarge { bytes, max } => {
                 write!(
@@ -354,7 +389,7 @@ impl Layout {
         }
         if ring_entries > MAX_CLOSED_ENTRIES {
             return Err(GeometryError::OutOfRange {
-                what: "the closed-request ring's entry count",
+                what: RING_ENTRIES,
                 value: ring_entries.into(),
                 max: MAX_CLOSED_ENTRIES.into(),
             });
@@ -537,6 +572,8 @@ const _: () = assert!(H_BAD_TRACE < H_CURSOR);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
 const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);
 const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= HEADER_WORDS);
+const _: () = assert!(H_DOMAIN_TABLE + MAX_DOMAINS * DOMAIN_ENTRY_WORDS <= H_READERS);
+const _: () = assert!(H_READERS + crate::word::MAX_READERS <= HEADER_WORDS);
 const _: () = assert!(MAX_COUNT as u64 >= MAX_SEGMENTS as u64);
 
 #[cfg(test)]

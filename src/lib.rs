@@ -102,28 +102,21 @@
 mod catalog;
 pub mod clock;
 mod domains;
-#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
-pub mod prometheus;
-/// The former name of [`prometheus`], kept for callers not yet moved to
-/// the new name (the command's metrics server and OTLP exporter); new code
-/// names `prometheus`.
-#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
-#[doc(hidden)]
-pub mod export {
-    pub use crate::prometheus::*;
-}
 #[cfg(not(edgemark_loom))]
 mod fault;
 mod layout;
 mod mark;
 mod outcome;
 mod process;
+#[cfg(all(feature = "prometheus", not(edgemark_loom)))]
+pub mod prometheus;
 mod protocol;
 mod recorder;
 mod region;
 pub mod report;
 pub mod schema;
 pub mod snapshot;
+pub mod span_plan;
 mod sync;
 mod token;
 pub mod trace;
@@ -140,7 +133,9 @@ pub use domains::LoomTable;
 pub use layout::GeometryError;
 pub use mark::{Edge, Mark};
 pub use outcome::Outcome;
-pub use recorder::{AttachOptions, Recorder, RegionBuilder, Viewer};
+pub use recorder::{
+    AttachOptions, ClosedReader, GiveUp, ReaderError, ReaderHolder, Recorder, RegionBuilder, Viewer,
+};
 pub use region::{AttachError, CreateError, SweepError};
 pub use schema::Event;
 pub use snapshot::{RequestState, Snapshot};

@@ -4,10 +4,13 @@
 //! Every call reads the region afresh: the histograms of closed requests
 //! (kept in the region by the close that ended each request, so each request
 //! is counted exactly once however often it is scraped, and nothing is lost
-//! or repeated when the server restarts), the refusal counters, and a sweep
-//! of the slots for the open-request and free-slot gauges. Labels are
-//! bounded: an edge, an event, a refusal reason; never a request. Times are
-//! in seconds, as Prometheus names them.
+//! or repeated when the server restarts), the refusal counters and the
+//! ring's counters of closed requests (lost, acknowledged, given up,
+//! overwritten while a reader held them), a sweep of the slots for the
+//! open-request and free-slot gauges, and a pass over the ring for its
+//! unread, unacknowledged and reader gauges. Labels are bounded: an edge,
+//! an event, a reason; never a request. Times are in seconds, as
+//! Prometheus names them.
 //!
 //! The text is encoded by `prometheus-client`, in one of the two formats
 //! Prometheus reads: OpenMetrics, or the classic text format that older
@@ -288,6 +291,24 @@ impl Collector for ScrapeCollector {
             )?;
             counter(
                 &mut enc,
+                "edgemark_closed_acknowledged",
+                "Closed requests a registered reader of the ring acknowledged (its receiver has them)",
+                c.closed_acknowledged,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_overwritten_taken",
+                "Closed requests the ring overwrote while a registered reader held them unsettled",
+                c.closed_overwritten_taken,
+            )?;
+            counter(
+                &mut enc,
+                "edgemark_closed_settled_overwritten",
+                "Of those overwritten while held, the ones their reader settled afterwards (the rest left with readers that died)",
+                c.closed_settled_overwritten,
+            )?;
+            counter(
+                &mut enc,
                 "edgemark_bad_trace_contexts",
                 "Malformed trace contexts ignored at begin (their requests began in a new trace)",
                 c.bad_trace_contexts,
@@ -304,6 +325,26 @@ impl Collector for ScrapeCollector {
                 "Slots free now",
                 i64::from(read.occupancy.free_slots),
             )?;
+            // Counted in one pass over the ring's entries (at most 2^20) and
+            // the reader table (8 words): they always fit an i64.
+            gauge(
+                &mut enc,
+                "edgemark_closed_unread",
+                "Entries of the ring of closed requests published and not yet taken by a reader",
+                i64::try_from(read.occupancy.closed_unread).unwrap_or(i64::MAX),
+            )?;
+            gauge(
+                &mut enc,
+                "edgemark_closed_unacknowledged",
+                "Entries of the ring a registered reader took and has not yet acknowledged or given up",
+                i64::try_from(read.occupancy.closed_unacknowledged).unwrap_or(i64::MAX),
+            )?;
+            gauge(
+                &mut enc,
+                "edgemark_closed_readers",
+                "Readers registered in the ring's reader table",
+                i64::try_from(read.occupancy.closed_readers).unwrap_or(i64::MAX),
+            )?;
         }
         for c in &self.counters {
             counter(&mut enc, c.name, c.help, c.value)?;
@@ -313,7 +354,8 @@ impl Collector for ScrapeCollector {
 }
 
 impl Read {
-    /// The histogram and refusal families.
+    /// The histogram families and the counter families with a reason
+    /// label.
     fn encode(&self, enc: &mut DescriptorEncoder<'_>, format: Format) -> std::fmt::Result {
         {
             let (family, unit) = format.family("edgemark_boundary_elapsed", Kind::Seconds);
@@ -348,16 +390,29 @@ impl Read {
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        let (family, unit) = format.family("edgemark_refused_records", Kind::Counter);
+        {
+            let (family, unit) = format.family("edgemark_refused_records", Kind::Counter);
+            let mut family = enc.encode_descriptor(
+                &family,
+                "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
+                unit,
+                MetricType::Counter,
+            )?;
+            for (o, n) in &self.counters.refused {
+                let labels = [("reason", o.name())];
+                format.counter_sample(family.encode_family(&labels)?, *n)?;
+            }
+        }
+        let (family, unit) = format.family("edgemark_closed_given_up", Kind::Counter);
         let mut family = enc.encode_descriptor(
             &family,
-            "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
+            "Closed requests a registered reader of the ring took and gave up on, by reason",
             unit,
             MetricType::Counter,
         )?;
-        for (o, n) in &self.counters.refused {
-            let labels = [("reason", o.name())];
-            format.counter_sample(family.encode_family(&labels)?, *n)?;
+        for (reason, n) in self.counters.closed_given_up.by_reason() {
+            let labels = [("reason", reason)];
+            format.counter_sample(family.encode_family(&labels)?, n)?;
         }
         Ok(())
     }

@@ -27,8 +27,12 @@
 //!  "closed_ring": {"entries": 64, "entry_bytes": 512},
 //!  "refused": {"stale_segment": 0, "...": 0},
 //!  "dropped_segments": 0, "closed_requests": 12, "reclaimed_requests": 0,
-//!  "closed_lost": 0, "bad_trace_contexts": 0,
-//!  "open_requests": 3, "free_slots": 61}
+//!  "closed_lost": 0, "closed_acknowledged": 9,
+//!  "closed_given_up": {"queue_full": 0, "retries_exhausted": 1, "refused": 0},
+//!  "closed_overwritten_taken": 0, "closed_settled_overwritten": 0,
+//!  "bad_trace_contexts": 0,
+//!  "open_requests": 3, "free_slots": 61,
+//!  "closed_unread": 0, "closed_unacknowledged": 2, "closed_readers": 1}
 //! ```
 //!
 //! The histograms live in the region, between the header and the slots.
@@ -45,7 +49,9 @@ use serde::{Serialize, Serializer};
 use crate::clock::ClockIdentity;
 pub use crate::layout::BUCKETS_MS;
 use crate::layout::{
-    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_LOST, HistWords, Layout,
+    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_ACKED, H_RING_GAVE_UP_FULL,
+    H_RING_GAVE_UP_REFUSED, H_RING_GAVE_UP_RETRIES, H_RING_LOST, H_RING_OVERWRITTEN_TAKEN,
+    H_RING_SETTLED_OVERWRITTEN, HistWords, Layout,
 };
 use crate::mark::Edge;
 use crate::outcome::Outcome;
@@ -202,7 +208,11 @@ impl Serialize for RegionInfo {
     }
 }
 
-/// How many of a region's slots hold an open request, from one sweep.
+/// What a region holds now: how many of its slots hold an open request,
+/// from one sweep of the slots, and what its ring of closed requests
+/// holds, from one pass over the ring's entries (all 0 in a region
+/// without a ring). Serialises as the third part of a [`RegionReport`],
+/// under these names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Occupancy {
@@ -210,14 +220,37 @@ pub struct Occupancy {
     pub open_requests: u32,
     /// The other slots.
     pub free_slots: u32,
+    /// Entries of the ring of closed requests published and not yet taken
+    /// by any reader.
+    pub closed_unread: u64,
+    /// Entries a registered reader
+    /// ([`ClosedReader`](crate::ClosedReader)) took and has not yet
+    /// acknowledged or given up.
+    pub closed_unacknowledged: u64,
+    /// Readers registered in the region's reader table.
+    pub closed_readers: u64,
 }
 
 impl Occupancy {
-    /// `open` requests open in a region of `slots` slots.
+    /// `open` requests open in a region of `slots` slots, and nothing in
+    /// its ring of closed requests.
     pub fn new(open: u32, slots: u32) -> Occupancy {
         Occupancy {
             open_requests: open,
             free_slots: slots.saturating_sub(open),
+            ..Occupancy::default()
+        }
+    }
+
+    /// This occupancy with the ring of closed requests holding `unread`
+    /// entries not yet taken and `unacknowledged` taken and not settled,
+    /// with `readers` readers registered.
+    pub fn with_closed_ring(self, unread: u64, unacknowledged: u64, readers: u64) -> Occupancy {
+        Occupancy {
+            closed_unread: unread,
+            closed_unacknowledged: unacknowledged,
+            closed_readers: readers,
+            ..self
         }
     }
 }
@@ -325,10 +358,12 @@ impl ReclaimReport {
 }
 
 /// The region's counters: refused records by reason, dropped segments,
-/// closed and reclaimed requests, closed requests lost to the readers of
-/// the ring, malformed trace contexts. Serialises as the second part of a
+/// closed and reclaimed requests, the fates of closed requests in the ring
+/// (lost to its readers, acknowledged, given up, overwritten while taken),
+/// malformed trace contexts. Serialises as the second part of a
 /// [`RegionReport`], under these names, `refused` as an object from each
-/// outcome's name to its count.
+/// outcome's name to its count and `closed_given_up` as one from each
+/// reason to its count.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Counters {
@@ -342,8 +377,27 @@ pub struct Counters {
     /// Requests freed by a reclaim (their values are not in the histograms).
     pub reclaimed_requests: u64,
     /// Closed requests that left the ring of closed requests unread:
-    /// overwritten (its reader fell a ring behind) or torn.
+    /// overwritten (no reader took them within a ring of later closes) or
+    /// torn. Counted as they are overwritten, whether or not a reader
+    /// runs.
     pub closed_lost: u64,
+    /// Closed requests a registered reader
+    /// ([`ClosedReader`](crate::ClosedReader)) acknowledged: its receiver
+    /// has them.
+    pub closed_acknowledged: u64,
+    /// Closed requests a registered reader took and gave up on, by
+    /// reason: its queue was full, its retries ran out, its receiver
+    /// refused them.
+    pub closed_given_up: GivenUp,
+    /// Closed requests the ring overwrote while a registered reader had
+    /// taken them and not yet settled them. Their reader still holds them
+    /// unless it died: [`Counters::closed_settled_overwritten`] counts
+    /// those it settled after all, and the difference is what readers
+    /// took with them when they died.
+    pub closed_overwritten_taken: u64,
+    /// Of [`Counters::closed_overwritten_taken`], those their reader
+    /// settled (acknowledged or gave up) afterwards.
+    pub closed_settled_overwritten: u64,
     /// Malformed trace contexts ignored on the record path (their
     /// requests began in a new trace).
     pub bad_trace_contexts: u64,
@@ -352,6 +406,39 @@ pub struct Counters {
 /// `refused` as an object from outcome name to count, in counter order.
 fn refused_by_name<S: Serializer>(refused: &[(Outcome, u64)], s: S) -> Result<S::Ok, S::Error> {
     s.collect_map(refused.iter().map(|(o, n)| (o.name(), n)))
+}
+
+/// Closed requests registered readers gave up on, by reason
+/// ([`GiveUp`](crate::GiveUp)). Serialises as an object under these
+/// names, as the `reason` label of the Prometheus family
+/// `edgemark_closed_given_up_total` names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct GivenUp {
+    /// The reader's queue was full.
+    pub queue_full: u64,
+    /// Its retries ran out.
+    pub retries_exhausted: u64,
+    /// Its receiver refused them.
+    pub refused: u64,
+}
+
+impl GivenUp {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.queue_full
+            .saturating_add(self.retries_exhausted)
+            .saturating_add(self.refused)
+    }
+
+    /// Each reason's name and count, in field order.
+    pub fn by_reason(&self) -> [(&'static str, u64); 3] {
+        [
+            ("queue_full", self.queue_full),
+            ("retries_exhausted", self.retries_exhausted),
+            ("refused", self.refused),
+        ]
+    }
 }
 
 /// One histogram of a region's closed requests: an edge, and an event or a
@@ -447,6 +534,14 @@ pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
         reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
         // Relaxed: a counter, as the others.
         closed_lost: w[H_RING_LOST].load(Ordering::Relaxed),
+        closed_acknowledged: w[H_RING_ACKED].load(Ordering::Relaxed),
+        closed_given_up: GivenUp {
+            queue_full: w[H_RING_GAVE_UP_FULL].load(Ordering::Relaxed),
+            retries_exhausted: w[H_RING_GAVE_UP_RETRIES].load(Ordering::Relaxed),
+            refused: w[H_RING_GAVE_UP_REFUSED].load(Ordering::Relaxed),
+        },
+        closed_overwritten_taken: w[H_RING_OVERWRITTEN_TAKEN].load(Ordering::Relaxed),
+        closed_settled_overwritten: w[H_RING_SETTLED_OVERWRITTEN].load(Ordering::Relaxed),
         bad_trace_contexts: w[H_BAD_TRACE].load(Ordering::Relaxed),
     }
 }

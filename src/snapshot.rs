@@ -137,6 +137,23 @@ impl EdgeSegment {
     fn all(&self) -> impl Iterator<Item = Option<Observed>> + '_ {
         (0..self.values.len()).map(|i| self.observed(i))
     }
+    /// Each recorded event in schema order: its name, value and clock
+    /// domain's name (the span plan's input).
+    pub(crate) fn recorded(&self) -> impl Iterator<Item = (&str, Observed, &str)> + '_ {
+        self.names
+            .schema
+            .events()
+            .iter()
+            .zip(self.all())
+            .filter_map(|(spec, v)| {
+                let o = v?;
+                Some((
+                    spec.name(),
+                    o,
+                    self.names.name(o.domain).unwrap_or("unknown"),
+                ))
+            })
+    }
     /// The recorded value of `event` in milliseconds, if any.
     pub fn elapsed_ms(&self, event: impl Into<EventId>) -> Option<f64> {
         self.get(event).map(|o| o.elapsed_ms())

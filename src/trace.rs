@@ -234,6 +234,27 @@ pub(crate) fn random_ids(now: u64) -> [u64; 3] {
     })
 }
 
+/// splitmix64's finaliser: a bijection of 64-bit words that spreads every
+/// input bit over the output.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The span id of segment `segment` of `edge` of the request whose span id
+/// is `span` ([`ClosedRequest::segment_span_id`]).
+pub(crate) fn segment_span_id(span: u64, edge: crate::Edge, segment: u32) -> u64 {
+    let place = mix(u64::from(edge.from) << 32 | u64::from(edge.to))
+        ^ mix(u64::from(segment).wrapping_add(0x9e37_79b9_7f4a_7c15));
+    let id = mix(span ^ mix(place));
+    if id == 0 || id == span {
+        mix(id ^ 1).max(1)
+    } else {
+        id
+    }
+}
+
 /// The trace words a request's slot keeps: its context (given, or a new
 /// trace), its own span id, and its wall-clock origin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,6 +337,8 @@ pub struct ClosedRequest {
     pub(crate) trace: SlotTrace,
     pub(crate) closed_us: u64,
     pub(crate) snapshot: Snapshot,
+    /// Its claim number in the ring it was taken from.
+    pub(crate) claim: u64,
 }
 
 impl ClosedRequest {
@@ -389,6 +412,38 @@ impl ClosedRequest {
     pub fn token(&self) -> Token {
         self.token
     }
+
+    /// The span id of the request's segment `segment` of `edge`, derived
+    /// from the request's own span id, the edge and the segment: the same
+    /// for every copy of the request a reader hands on, so that a request
+    /// sent twice (a [`ClosedReader`](crate::ClosedReader) resends what a
+    /// dead reader left unacknowledged) makes no second span in a backend
+    /// that keys spans by id. Never all zeros, never the request's own
+    /// span id.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).edge(1, 2).create_in_memory().unwrap();
+    /// rec.close(rec.begin().unwrap());
+    /// let mut closed = Vec::new();
+    /// rec.drain_closed(1, &mut closed).unwrap();
+    /// let c = &closed[0];
+    /// let id = c.segment_span_id(Edge::new(0, 1), 0);
+    /// assert_eq!(id, c.clone().segment_span_id(Edge::new(0, 1), 0));
+    /// assert_ne!(id, c.segment_span_id(Edge::new(1, 2), 0));
+    /// assert_ne!(id, c.segment_span_id(Edge::new(0, 1), 1));
+    /// assert_ne!(id, c.span_id());
+    /// ```
+    pub fn segment_span_id(&self, edge: crate::Edge, segment: u32) -> [u8; 8] {
+        segment_span_id(self.trace.span, edge, segment).to_be_bytes()
+    }
+
+    /// Its claim number in the region's ring of closed requests: what a
+    /// [`ClosedReader`](crate::ClosedReader) acknowledges it by. Claims
+    /// number the closes of a region from 0.
+    pub fn claim(&self) -> u64 {
+        self.claim
+    }
 }
 
 /// What one [`Recorder::drain_closed`](crate::Recorder::drain_closed) did.
@@ -397,9 +452,11 @@ impl ClosedRequest {
 pub struct Drained {
     /// Closed requests this call took (appended to its vector).
     pub taken: usize,
-    /// Closed requests this call found lost: overwritten before any reader
-    /// took them (the readers fell a ring behind) or torn. Also added to
-    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost).
+    /// Closed requests this call found torn (a lapped close's late stores,
+    /// or a hostile writer) and gave up: lost. Also added to
+    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost),
+    /// which also counts the requests overwritten before any reader took
+    /// them, as the closes that overwrite them happen.
     pub lost: u64,
     /// The claim number of a closed request whose close has not finished
     /// writing it, where this call stopped: the next call reads on from

@@ -37,10 +37,13 @@
 //!
 //! # Header and ring words
 //!
-//! An edge word ([`EdgeWord`]) and a token word ([`TokenWord`]) pack two
-//! 32-bit halves; an event's meta word ([`EventMetaWord`]) its clock domain
-//! and a flag; a clock-domain entry's state word ([`DomainWord`]) a state
-//! and a hash; a ring entry's kind ([`entry_kind`]) two flags.
+//! An edge word ([`EdgeWord`]), a token word ([`TokenWord`]) and a word of
+//! the ring's reader table ([`ReaderWord`]) pack two 32-bit halves; an
+//! event's meta word ([`EventMetaWord`]) its clock domain and a flag; a
+//! clock-domain entry's state word ([`DomainWord`]) a state and a hash; a
+//! ring entry's kind ([`entry_kind`]) two flags; a ring entry's state word
+//! ([`RingStateWord`]) its claim, whether its closer is writing, and
+//! whether a reader took it (and which) or is done with it.
 //!
 //! # Name words
 //!
@@ -103,7 +106,7 @@ macro_rules! packed {
         }
     )*};
 }
-packed!(CellWord, HeadWord, SegmentWord, RingStateWord);
+packed!(CellWord, HeadWord, SegmentWord, RingStateWord, ReaderWord);
 
 /// A cell word: one event's value for one epoch, or the empty or sealed
 /// marker of that epoch (see the module docs for the bits).
@@ -501,15 +504,27 @@ pub(crate) fn unpack_name(words: [u64; NAME_WORDS]) -> Option<String> {
 }
 
 /// The state word of an entry of the ring of closed requests
-/// (`protocol/ring.rs`): the claim that last took the entry, and whether
-/// its closer is still writing. `(claim + 1) << 1 | writing`; 0 for an
-/// entry never taken.
+/// (`protocol/ring.rs`): the claim that last took the entry, whether its
+/// closer is still writing, and what the readers did with it.
+///
+/// Bit 0: writing. Bits 1..=56: the claim plus one (0 for an entry never
+/// taken). Bit 60: taken by a reader and not yet settled, bits 57..=59 the
+/// reader's slot in the reader table. Bit 61: done (acknowledged, given up
+/// or taken by a reader that acknowledges nothing).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RingStateWord(u64);
 
-/// Claims a ring state word can name (62 bits).
-pub(crate) const MAX_CLAIM: u64 = (1 << 62) - 2;
+/// Claims a ring state word can name (56 bits).
+pub(crate) const MAX_CLAIM: u64 = (1 << 56) - 2;
+const CLAIM_MASK: u64 = (1 << 56) - 1;
+const READER_SHIFT: u32 = 57;
+const TAKEN: u64 = 1 << 60;
+const DONE: u64 = 1 << 61;
+
+/// Readers a region's reader table holds ([`RingStateWord::taken`]'s
+/// three bits).
+pub(crate) const MAX_READERS: usize = 8;
 
 impl RingStateWord {
     /// The word as read from an atomic.
@@ -529,14 +544,26 @@ impl RingStateWord {
         RingStateWord((claim + 1) << 1 | 1)
     }
 
-    /// Claim `claim`'s entry, published.
+    /// Claim `claim`'s entry, published and not taken.
     pub(crate) const fn published(claim: u64) -> RingStateWord {
         RingStateWord((claim + 1) << 1)
     }
 
+    /// Claim `claim`'s entry, taken by the reader in slot `reader` (below
+    /// [`MAX_READERS`]) and awaiting its acknowledgment.
+    pub(crate) const fn taken(claim: u64, reader: u8) -> RingStateWord {
+        RingStateWord((claim + 1) << 1 | TAKEN | ((reader as u64 & 7) << READER_SHIFT))
+    }
+
+    /// Claim `claim`'s entry, done with: acknowledged, given up, or taken
+    /// by a reader that acknowledges nothing.
+    pub(crate) const fn done(claim: u64) -> RingStateWord {
+        RingStateWord((claim + 1) << 1 | DONE)
+    }
+
     /// The claim that last took the entry; `None` for an unused entry.
     pub(crate) const fn claim(self) -> Option<u64> {
-        match self.0 >> 1 {
+        match (self.0 >> 1) & CLAIM_MASK {
             0 => None,
             c => Some(c - 1),
         }
@@ -545,6 +572,26 @@ impl RingStateWord {
     /// Whether the entry's closer is still writing it.
     pub(crate) const fn is_writing(self) -> bool {
         self.0 & 1 != 0
+    }
+
+    /// The reader slot that took the entry and has not settled it.
+    pub(crate) const fn taken_by(self) -> Option<u8> {
+        if self.0 & TAKEN != 0 && self.0 & DONE == 0 {
+            Some((self.0 >> READER_SHIFT & 7) as u8)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the entry is done with (see [`RingStateWord::done`]).
+    pub(crate) const fn is_done(self) -> bool {
+        self.0 & DONE != 0
+    }
+
+    /// Whether the entry is published and waits for a reader: neither
+    /// being written, nor taken, nor done.
+    pub(crate) const fn is_published(self) -> bool {
+        self.claim().is_some() && self.0 & (1 | TAKEN | DONE) == 0
     }
 }
 
@@ -634,6 +681,49 @@ impl TokenWord {
     /// against the region's geometry and the generation against 0.
     pub(crate) const fn decode(self) -> (u32, u32) {
         (self.0 as u32, (self.0 >> 32) as u32)
+    }
+}
+
+/// A word of the reader table of the ring of closed requests
+/// (`protocol/ring_ack.rs`): 0 for a free slot, else the identity of the
+/// process whose reader holds the slot, its pid in bits 63..32 and the low
+/// 32 bits of its start time (clock ticks since boot) in bits 31..0.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReaderWord(u64);
+
+impl ReaderWord {
+    /// A free slot.
+    pub(crate) const FREE: ReaderWord = ReaderWord(0);
+
+    /// The word as read.
+    #[inline(always)]
+    pub(crate) const fn from_bits(bits: u64) -> ReaderWord {
+        ReaderWord(bits)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The slot held by process `pid`, started at `start_ticks` (only its
+    /// low 32 bits are kept). Never [`ReaderWord::FREE`] for a real
+    /// process: a pid is never 0.
+    pub(crate) const fn held(pid: u32, start_ticks: u64) -> ReaderWord {
+        ReaderWord((pid as u64) << 32 | (start_ticks & 0xffff_ffff))
+    }
+
+    /// Whether no reader holds the slot.
+    pub(crate) const fn is_free(self) -> bool {
+        self.0 == 0
+    }
+
+    /// `(pid, low 32 bits of the start ticks)` of the holder. Every word
+    /// decodes: the judge of a holder looks the pid up.
+    pub(crate) const fn decode(self) -> (u32, u32) {
+        ((self.0 >> 32) as u32, self.0 as u32)
     }
 }
 
@@ -1029,6 +1119,48 @@ mod tests {
             DomainWord::from_bits(u64::MAX).state(),
             DomainState::Garbled
         );
+    }
+
+    #[test]
+    fn ring_state_words_keep_their_claim_and_readers() {
+        for claim in [0, 1, 4095, MAX_CLAIM] {
+            let writing = RingStateWord::writing(claim);
+            assert_eq!(writing.claim(), Some(claim));
+            assert!(writing.is_writing() && !writing.is_published() && !writing.is_done());
+            let published = RingStateWord::published(claim);
+            assert_eq!(published.claim(), Some(claim));
+            assert!(published.is_published() && published.taken_by().is_none());
+            for r in 0..MAX_READERS as u8 {
+                let taken = RingStateWord::taken(claim, r);
+                assert_eq!(taken.claim(), Some(claim));
+                assert_eq!(taken.taken_by(), Some(r));
+                assert!(!taken.is_published() && !taken.is_done() && !taken.is_writing());
+                assert_eq!(RingStateWord::from_bits(taken.bits()), taken);
+            }
+            let done = RingStateWord::done(claim);
+            assert_eq!(done.claim(), Some(claim));
+            assert!(done.is_done() && !done.is_published() && done.taken_by().is_none());
+        }
+        // A word with no claim is an entry never used, whatever its flags.
+        assert_eq!(RingStateWord::from_bits(0).claim(), None);
+        assert!(!RingStateWord::from_bits(0).is_published());
+        // Two readers' takes of one claim differ, as do two claims'.
+        assert_ne!(RingStateWord::taken(3, 0), RingStateWord::taken(3, 1));
+        assert_ne!(RingStateWord::taken(3, 0), RingStateWord::taken(4, 0));
+    }
+
+    #[test]
+    fn reader_words_round_trip_their_halves() {
+        assert!(ReaderWord::FREE.is_free());
+        for (pid, start) in [(1, 0), (4_194_304, u64::MAX), (u32::MAX, 0x1_2345_6789)] {
+            let w = ReaderWord::held(pid, start);
+            assert!(!w.is_free());
+            assert_eq!(
+                ReaderWord::from_bits(w.bits()).decode(),
+                (pid, start as u32)
+            );
+        }
+        assert_eq!(ReaderWord::held(7, 9).bits(), 7 << 32 | 9);
     }
 
     #[test]

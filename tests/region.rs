@@ -671,10 +671,12 @@ fn attach_refuses_files_that_are_not_regions_with_typed_errors() {
 fn attach_validates_every_header_field() {
     // (word, value, what must be refused)
     type Want = fn(&AttachError) -> bool;
-    let cases: [(usize, u64, Want); 14] = [
+    let cases: [(usize, u64, Want); 15] = [
         (1, 0, |e| matches!(e, AttachError::NotInitialised)),
         (1, 2, |e| matches!(e, AttachError::UnsupportedVersion(2))),
-        (1, 4, |e| matches!(e, AttachError::UnsupportedVersion(4))),
+        // Format 3: the ring's state word before acknowledgment.
+        (1, 3, |e| matches!(e, AttachError::UnsupportedVersion(3))),
+        (1, 5, |e| matches!(e, AttachError::UnsupportedVersion(5))),
         (2, 8192, |e| matches!(e, AttachError::Geometry(_))),
         (3, 1, |e| matches!(e, AttachError::Geometry(_))),
         (4, 9, |e| {
@@ -705,6 +707,19 @@ fn attach_validates_every_header_field() {
             Ok(_) => panic!("word {word} = {value} was accepted"),
         }
     }
+}
+
+#[test]
+fn a_region_of_the_format_before_the_rings_acknowledgment_is_refused_by_name() {
+    // Format 3 had the same geometry: only the version tells it apart.
+    let (_d, path, _rec) = region();
+    poke(&path, 1, 3);
+    let e = Recorder::attach(&path).unwrap_err();
+    assert!(matches!(e, AttachError::UnsupportedVersion(3)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "region format version 3 is not supported (this build reads version 4)"
+    );
 }
 
 #[test]
@@ -924,6 +939,16 @@ fn sweeps_of_a_sparse_region_leave_its_holes_alone() {
     assert_eq!(open, ts);
     assert_eq!(reader.snapshot_open().unwrap().len(), 3);
     assert_eq!(reader.reclaim_dead_owners().unwrap().freed(), 0);
+    // The report (what `inspect` prints): a sweep, and a pass over the
+    // ring of closed requests, which no close has written yet.
+    let report = reader.report().unwrap().unwrap();
+    assert_eq!(report.occupancy.open_requests, 3);
+    assert_eq!(report.occupancy.closed_unread, 0);
+    // A registered reader of that ring: its registration and an adoption
+    // look for what earlier readers left, and find nothing.
+    let closed = reader.closed_reader().unwrap();
+    assert_eq!(closed.adopt_where(|_| true, &mut Vec::new()), 0);
+    drop(closed);
     let after = allocated();
     assert!(
         after < before + (1 << 20),

@@ -6,9 +6,15 @@
 //! spans each) as fast as it can for a while, so that the exporter is
 //! saturated; then it stops, and the run ends when the exporter has taken
 //! every request and emptied its queue. The figure is the requests the
-//! collector accepted (spans / 3) over that time. Entries the ring
-//! overwrote before the exporter took them, and spans dropped, are
-//! reported beside it.
+//! collector accepted (spans / 3) over that time: the exporter's capacity.
+//! Entries the ring overwrote before the exporter took them, and spans
+//! dropped, are reported beside it.
+//!
+//! Then the overload runs: closes paced at 1x, 2x and 4x that capacity for
+//! the same while; each reports the share of closed requests delivered and
+//! the requests (and spans) per second the collector accepted while the
+//! closes went on, as a share of the capacity (the target: at least 90 % at
+//! 2x).
 //!
 //! rotel comes from the virtual environment `EDGEMARK_OTEL_VENV` names (as
 //! for `cli/tests/otlp.rs`); without it the bench says so and does nothing.
@@ -130,11 +136,89 @@ fn main() {
     } else {
         Duration::from_secs(1)
     };
+    // Saturated: the producer closes as fast as it can; the figure is the
+    // exporter's capacity.
+    let capacity = run(&rec, metrics, produce_for, None);
+    println!(
+        "otlp export into rotel: {} requests closed in {:.1} s; {} exported ({} spans) \
+         in {:.2} s = {:.0} closed requests/s; ring lost {}, spans dropped {}",
+        capacity.closed,
+        produce_for.as_secs_f64(),
+        capacity.exported,
+        capacity.spans,
+        capacity.elapsed,
+        capacity.exported as f64 / capacity.elapsed,
+        capacity.lost,
+        capacity.dropped
+    );
+    // The capacity the overload runs are measured against: what the
+    // collector accepted per second while the producer was closing (the
+    // exporter shares the machine with the producer, as it does in them).
+    let c = capacity.exported_during as f64 / produce_for.as_secs_f64();
+    println!("otlp export capacity while closing: {c:.0} requests/s");
+    // Overload: closes paced at 1x, 2x and 4x that capacity. The exporter
+    // takes only what its queue has room for; the ring drops the rest
+    // (counted by the closes that overwrite it), so what it spends is spent
+    // on what it sends.
+    for k in [1.0, 2.0, 4.0] {
+        let r = run(&rec, metrics, produce_for, Some(k * c));
+        let out = r.exported_during as f64 / produce_for.as_secs_f64();
+        println!(
+            "otlp overload {k}x ({:.0} closes/s): {} closed, {} delivered ({:.0} %), \
+             {:.0} requests/s out while closing = {:.0} % of capacity, {:.0} spans/s; \
+             ring lost {}",
+            k * c,
+            r.closed,
+            r.exported,
+            100.0 * r.exported as f64 / r.closed.max(1) as f64,
+            out,
+            100.0 * out / c,
+            r.spans_during as f64 / produce_for.as_secs_f64(),
+            r.lost
+        );
+    }
+}
+
+/// What one run did (each figure for this run alone).
+struct Run {
+    closed: u64,
+    /// Requests the collector accepted (spans / 3).
+    exported: u64,
+    spans: u64,
+    /// Exported while the producer was closing.
+    exported_during: u64,
+    spans_during: u64,
+    /// Closed requests the ring overwrote (the region's count).
+    lost: u64,
+    dropped: u64,
+    /// Seconds from the start to the queue's last batch.
+    elapsed: f64,
+}
+
+/// Closes requests for `produce_for`, as fast as possible or paced at
+/// `rate` per second, then waits until the exporter has taken or lost
+/// every one and sent its queue.
+fn run(rec: &Recorder, metrics: SocketAddr, produce_for: Duration, rate: Option<f64>) -> Run {
+    let before = scrape(metrics);
+    let spans_before = sample(&before, "edgemark_otlp_exported_spans_total");
+    let requests_before = sample(&before, "edgemark_otlp_requests_total");
+    let dropped_total = |m: &str| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with("edgemark_otlp_dropped_spans_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let dropped_before = dropped_total(&before);
+    let lost_before = rec.counters().closed_lost;
     let (e01, e12) = (Edge::new(0, 1), Edge::new(1, 2));
     let start = Instant::now();
     let mut closed = 0u64;
     while start.elapsed() < produce_for {
-        for _ in 0..64 {
+        let due = match rate {
+            Some(r) => (r * start.elapsed().as_secs_f64()) as u64,
+            None => closed + 64,
+        };
+        while closed < due {
             let Ok(t) = rec.begin() else { continue };
             rec.record(
                 t,
@@ -144,19 +228,26 @@ fn main() {
             rec.close(t);
             closed += 1;
         }
-        // The producer leaves the exporter its own core's worth of time on
-        // a small machine: a close rate far above any collector's.
-        std::thread::yield_now();
+        if rate.is_some() {
+            std::thread::sleep(Duration::from_micros(500));
+        } else {
+            // The producer leaves the exporter its own core's worth of
+            // time on a small machine: a close rate far above any
+            // collector's.
+            std::thread::yield_now();
+        }
     }
-    // Until the exporter has taken everything and sent its queue.
-    let (mut requests, mut lost, mut queued);
+    let during = scrape(metrics);
+    let spans_during = sample(&during, "edgemark_otlp_exported_spans_total") - spans_before;
+    // Until the exporter has taken (or the ring lost) everything and sent
+    // its queue.
     let waited = Instant::now();
     loop {
         let m = scrape(metrics);
-        requests = sample(&m, "edgemark_otlp_requests_total");
-        lost = sample(&m, "edgemark_otlp_ring_lost_total");
-        queued = sample(&m, "edgemark_otlp_queue_spans");
-        if (requests + lost) as u64 >= closed && queued == 0.0 {
+        let requests = sample(&m, "edgemark_otlp_requests_total") - requests_before;
+        let lost = rec.counters().closed_lost - lost_before;
+        let queued = sample(&m, "edgemark_otlp_queue_spans");
+        if requests as u64 + lost >= closed && queued == 0.0 {
             break;
         }
         assert!(
@@ -169,18 +260,15 @@ fn main() {
     // The last batch's answer.
     std::thread::sleep(Duration::from_millis(200));
     let m = scrape(metrics);
-    let spans = sample(&m, "edgemark_otlp_exported_spans_total");
-    let dropped: f64 = m
-        .lines()
-        .filter(|l| l.starts_with("edgemark_otlp_dropped_spans_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    println!(
-        "otlp export into rotel: {closed} requests closed in {:.1} s; {:.0} exported \
-         ({spans} spans) in {elapsed:.2} s = {:.0} closed requests/s; ring lost {lost}, \
-         spans dropped {dropped}",
-        produce_for.as_secs_f64(),
-        spans / 3.0,
-        spans / 3.0 / elapsed
-    );
+    let spans = (sample(&m, "edgemark_otlp_exported_spans_total") - spans_before) as u64;
+    Run {
+        closed,
+        exported: spans / 3,
+        spans,
+        exported_during: spans_during as u64 / 3,
+        spans_during: spans_during as u64,
+        lost: rec.counters().closed_lost - lost_before,
+        dropped: (dropped_total(&m) - dropped_before) as u64,
+        elapsed,
+    }
 }

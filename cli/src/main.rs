@@ -2,7 +2,6 @@
 
 mod demo;
 mod ops;
-mod otlp;
 mod out;
 mod serve;
 mod views;
@@ -84,7 +83,7 @@ enum Command {
         segments: u32,
         /// Entries of the ring of closed requests that `edgemark export
         /// --otlp` drains (0: none). Default: the slot count, at most 4096.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
         closed_entries: Option<u32>,
         /// An extra clock domain for values measured elsewhere (repeatable).
         #[arg(long = "domain")]
@@ -460,19 +459,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let exporter = match otlp {
                 Some(url) => {
                     let config =
-                        crate::otlp::Config::new(Some(url.as_str()), |k| std::env::var(k).ok())?;
+                        edgemark_otlp::Config::new(Some(url.as_str()), |k| std::env::var(k).ok())?;
+                    for w in config.warnings() {
+                        eprintln!("edgemark: {w}");
+                    }
                     let trust = Trust {
                         allow_foreign_owner: trust.allow_foreign_owner,
                     };
                     let drainer = attach_clockless(&path, trust)?;
                     let again = path.clone();
-                    let e = crate::otlp::Exporter::start(
+                    let e = edgemark_otlp::Exporter::start(
                         config.clone(),
                         drainer,
                         path.clone(),
-                        move || attach_clockless(&again, trust),
+                        Box::new(move || attach_clockless(&again, trust).map_err(Into::into)),
                         serve_for,
-                    )?;
+                        Some(Box::new(|signal| {
+                            eprintln!("edgemark: export stopped by {signal}");
+                            std::process::exit(0)
+                        })),
+                    )
+                    .with_context(|| format!("{}", path.display()))?;
                     outln!("sending closed requests as spans to {}", config.url);
                     Some(e)
                 }
@@ -493,8 +500,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 out::flush()?;
             }
-            if let Some(e) = exporter {
-                e.join()?;
+            if let Some(e) = exporter
+                && !e.join()
+            {
+                anyhow::bail!("the OTLP exporter's thread panicked");
             }
         }
         Command::Top { path, interval, .. } => {
@@ -608,9 +617,10 @@ fn attach_for_reading(path: &Path) -> Result<Viewer> {
 }
 
 /// Attach to write without reading the clock: to export closed requests
-/// (taking them from the region's ring writes its read cursor) and to
-/// reclaim. Neither begins a request nor records in `host_monotonic`, so a
-/// region of another boot or time namespace is no reason to refuse.
+/// (taking them from the region's ring writes its read cursor, its
+/// entries' states and its reader table) and to reclaim. Neither begins a
+/// request nor records in `host_monotonic`, so a region of another boot or
+/// time namespace is no reason to refuse.
 fn attach_clockless(path: &Path, trust: Trust) -> Result<Recorder> {
     trust
         .options()
@@ -725,10 +735,19 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
     );
     outln!("dropped    {} segments", counters.dropped_segments);
     outln!(
-        "closed     ring of {} entries x {} bytes, {} lost unread",
+        "closed     ring of {} entries x {} bytes: {} unread, {} unacknowledged, {} acknowledged; \
+         lost {} unread (overwritten or torn), {} given up, {} overwritten while a reader held them \
+         and not settled (lost if it died)",
         info.ring_entries,
         info.ring_stride,
-        counters.closed_lost
+        report.occupancy.closed_unread,
+        report.occupancy.closed_unacknowledged,
+        counters.closed_acknowledged,
+        counters.closed_lost,
+        counters.closed_given_up.total(),
+        counters
+            .closed_overwritten_taken
+            .saturating_sub(counters.closed_settled_overwritten)
     );
     if counters.bad_trace_contexts > 0 {
         outln!(

@@ -1,6 +1,6 @@
 //! The `/metrics` server of `edgemark export`: hyper's HTTP/1 server on a
 //! single-threaded tokio runtime, answering with
-//! [`edgemark::export::render`].
+//! [`edgemark::prometheus::render`].
 //!
 //! A connection costs one task, not a thread, so idle or slow clients hold
 //! little. Each is bounded: its request head must arrive within
@@ -17,13 +17,13 @@
 //! path is still the one attached (its device and inode: one `stat`); a
 //! replaced file is attached anew, and a missing or unreadable one is served
 //! as `edgemark_region_ok 0`. The scrape itself checks the file's length
-//! before and after its reads ([`export::render_with`]: two `fstat`s); a
+//! before and after its reads ([`prometheus::render_with`]: two `fstat`s); a
 //! file found shrunk under its mapping is attached again once it is whole.
 
+use edgemark_otlp::follow::file_identity as identity;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future as _;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -31,7 +31,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use edgemark::export::{self, Format, ServerCounter};
+use edgemark::prometheus::{self, Format, ServerCounter};
 use edgemark::{SweepError, Viewer};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -81,12 +81,7 @@ pub(crate) struct Source {
     replaced: Mutex<u64>,
     reopen: Box<dyn Fn() -> Result<Viewer> + Send + Sync>,
     /// The OTLP exporter's counters, served after the region's.
-    otlp: Option<Arc<crate::otlp::Stats>>,
-}
-
-/// The device and inode of the file at `path`, or why there is none.
-fn identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
-    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
+    otlp: Option<Arc<edgemark_otlp::Stats>>,
 }
 
 impl Source {
@@ -107,7 +102,7 @@ impl Source {
     }
 
     /// Also serves the counters of `edgemark export --otlp`.
-    pub(crate) fn with_otlp(mut self, stats: Arc<crate::otlp::Stats>) -> Source {
+    pub(crate) fn with_otlp(mut self, stats: Arc<edgemark_otlp::Stats>) -> Source {
         self.otlp = Some(stats);
         self
     }
@@ -144,10 +139,10 @@ impl Source {
                         *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                         match old {
                             Some(old) => eprintln!(
-                                "edgemark: {p}: another file replaced region {old:016x}; now serving region {new:016x}"
+                                "edgemark: {p}: another file replaced region {old}; now serving region {new}"
                             ),
                             None => eprintln!(
-                                "edgemark: {p}: a region is there again; now serving region {new:016x}"
+                                "edgemark: {p}: a region is there again; now serving region {new}"
                             ),
                         }
                         *shown = Shown::Region(rec, Some(now));
@@ -196,13 +191,13 @@ impl Source {
             replaced,
         )];
         let mut body = String::new();
-        let read = export::render_with(rec.as_ref(), &served, format, &mut body);
+        let read = prometheus::render_with(rec.as_ref(), &served, format, &mut body);
         if matches!(read, Err(SweepError::Shrunk))
             && let Some(again) = self.reattach()
         {
             body.clear();
             // What this read finds is in the text.
-            let _ = export::render_with(Some(&again), &served, format, &mut body);
+            let _ = prometheus::render_with(Some(&again), &served, format, &mut body);
         }
         if let Some(otlp) = &self.otlp {
             // The OTLP exporter's counters, before OpenMetrics' end.

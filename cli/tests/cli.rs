@@ -812,6 +812,10 @@ fn a_negative_count_is_refused_as_negative() {
             "--segments",
         ),
         (vec!["demo", "--requests", "-5"], "--requests"),
+        (
+            vec!["create", p, "--edge", "0:1", "--closed-entries", "-1"],
+            "--closed-entries",
+        ),
     ] {
         let o = edgemark(&args);
         assert!(!o.status.success(), "{args:?}");
@@ -823,6 +827,19 @@ fn a_negative_count_is_refused_as_negative() {
         );
         assert!(!err.contains("-- -"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn closed_entries_out_of_range_says_that_0_means_no_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.region");
+    let p = p.to_str().unwrap();
+    let o = edgemark(&["create", p, "--edge", "0:1", "--closed-entries", "2000000"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("between 0 (no ring) and 1048576"), "{err}");
+    let o = edgemark(&["create", p, "--edge", "0:1", "--closed-entries", "0"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
@@ -979,7 +996,7 @@ fn begin_takes_a_traceparent_and_traceparent_prints_the_requests_own() {
 #[test]
 fn inspect_json_and_the_scrape_say_what_the_report_says() {
     use edgemark::prometheus::{self, Format};
-    use edgemark::{Edge, Event, Mark, Recorder};
+    use edgemark::{Edge, Event, GiveUp, Mark, Recorder};
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
@@ -1025,11 +1042,56 @@ fn inspect_json_and_the_scrape_say_what_the_report_says() {
     }
     let mut drained = Vec::new();
     rec.drain_closed(16, &mut drained).unwrap();
+    // A registered reader: two requests given up (retries, refused), two
+    // overwritten while it held them and settled after all (one
+    // acknowledged, one given up as its queue was full), then one taken
+    // and not yet settled beside one not yet taken. It stays registered.
+    let reader = rec.closed_reader().unwrap();
+    let take = |n: usize| {
+        let mut out = Vec::new();
+        reader.take(n, &mut out).unwrap();
+        assert_eq!(out.len(), n);
+        out.iter().map(|c| c.claim()).collect::<Vec<_>>()
+    };
+    let close_two = || {
+        for _ in 0..2 {
+            rec.close(rec.begin().unwrap());
+        }
+    };
+    close_two();
+    let held = take(2);
+    assert!(reader.give_up(held[0], GiveUp::RetriesExhausted));
+    assert!(reader.give_up(held[1], GiveUp::Refused));
+    close_two();
+    let held = take(2);
+    close_two();
+    assert!(!reader.acknowledge(held[0]));
+    assert!(!reader.give_up(held[1], GiveUp::QueueFull));
+    take(1);
 
     let report = rec.report().unwrap().unwrap();
     let c = &report.counters;
     assert!(c.closed_lost > 0 && c.dropped_segments > 0 && c.bad_trace_contexts == 1);
     assert_eq!(report.occupancy.open_requests, 2);
+    let g = c.closed_given_up;
+    assert_eq!(
+        (
+            c.closed_acknowledged,
+            g.queue_full,
+            g.retries_exhausted,
+            g.refused
+        ),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(
+        (c.closed_overwritten_taken, c.closed_settled_overwritten),
+        (2, 2)
+    );
+    let o = &report.occupancy;
+    assert_eq!(
+        (o.closed_unread, o.closed_unacknowledged, o.closed_readers),
+        (1, 1, 1)
+    );
     let expected = serde_json::to_value(&report).unwrap();
 
     let mut inspect: Value =
@@ -1065,15 +1127,33 @@ fn inspect_json_and_the_scrape_say_what_the_report_says() {
         assert_eq!(sample(&line), *n, "{line}");
         assert_eq!(want["refused"][o.name()], *n);
     }
+    for (reason, n) in g.by_reason() {
+        let line = format!("edgemark_closed_given_up_total{{reason=\"{reason}\"}}");
+        assert_eq!(sample(&line), n, "{line}");
+        assert_eq!(want["closed_given_up"][reason], n);
+    }
     for (family, key) in [
         ("edgemark_closed_requests_total", "closed_requests"),
         ("edgemark_reclaimed_requests_total", "reclaimed_requests"),
         ("edgemark_dropped_segments_total", "dropped_segments"),
         ("edgemark_closed_lost_total", "closed_lost"),
+        ("edgemark_closed_acknowledged_total", "closed_acknowledged"),
+        (
+            "edgemark_closed_overwritten_taken_total",
+            "closed_overwritten_taken",
+        ),
+        (
+            "edgemark_closed_settled_overwritten_total",
+            "closed_settled_overwritten",
+        ),
         ("edgemark_bad_trace_contexts_total", "bad_trace_contexts"),
         ("edgemark_open_requests", "open_requests"),
         ("edgemark_free_slots", "free_slots"),
+        ("edgemark_closed_unread", "closed_unread"),
+        ("edgemark_closed_unacknowledged", "closed_unacknowledged"),
+        ("edgemark_closed_readers", "closed_readers"),
     ] {
         assert_eq!(Some(sample(family)), want[key].as_u64(), "{family}");
     }
+    drop(reader);
 }

@@ -256,6 +256,16 @@ fn the_exporter_attaches_a_region_file_that_replaced_its_own() {
     let body = http_get(server.addr, "/metrics").1;
     assert_eq!(sample(&body, "edgemark_closed_requests_total"), 2.0);
     assert_eq!(sample(&body, "edgemark_region_replaced_total"), 0.0);
+    assert_eq!(sample(&body, "edgemark_closed_lost_total"), 0.0);
+    assert_eq!(sample(&body, "edgemark_closed_acknowledged_total"), 0.0);
+    // The ring's losses show without any reader: 8 more closes into its 8
+    // entries overwrite the first 2.
+    for _ in 0..8 {
+        one_request();
+    }
+    let body = http_get(server.addr, "/metrics").1;
+    assert_eq!(sample(&body, "edgemark_closed_requests_total"), 10.0);
+    assert_eq!(sample(&body, "edgemark_closed_lost_total"), 2.0);
 
     // Removed: nothing to serve, and the scrape says so.
     std::fs::remove_file(&p).unwrap();

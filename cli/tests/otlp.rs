@@ -215,7 +215,7 @@ impl Rotel {
 
 /// A Phoenix server on `ip` (its REST API and OTLP/HTTP on one port).
 struct Phoenix {
-    _proc: Proc,
+    proc: Proc,
     addr: SocketAddr,
 }
 
@@ -238,7 +238,7 @@ fn start_phoenix(bin: &Path, dir: &Path, ip: &str) -> Phoenix {
     wait_for("Phoenix to answer /healthz", || {
         get(addr, "/healthz").filter(|(s, _)| *s == 200)
     });
-    Phoenix { _proc: proc, addr }
+    Phoenix { proc, addr }
 }
 
 impl Phoenix {
@@ -271,7 +271,17 @@ fn start_exporter(
     dir: &Path,
     envs: &[(&str, &str)],
 ) -> (Proc, SocketAddr) {
-    let err = std::fs::File::create(dir.join("export.err")).unwrap();
+    start_exporter_logging_to(region, url, &dir.join("export.err"), envs)
+}
+
+/// [`start_exporter`] with its standard error written to `err`.
+fn start_exporter_logging_to(
+    region: &Path,
+    url: &str,
+    err: &Path,
+    envs: &[(&str, &str)],
+) -> (Proc, SocketAddr) {
+    let err = std::fs::File::create(err).unwrap();
     let mut proc = Proc::spawn(
         "edgemark export",
         Command::new(EDGEMARK)
@@ -402,6 +412,40 @@ fn export_refuses_what_it_cannot_send_before_serving_anything() {
     assert!(e.contains("https is not supported"), "{e}");
     let e = refused(None, &[]);
     assert!(e.contains("--otlp needs the collector's URL"), "{e}");
+    // Ports that would have sent to port 80, credentials, fragments,
+    // reserved headers: refused at start, the password never printed.
+    for port in ["99999", "abc", "0"] {
+        let e = refused(Some(&format!("http://127.0.0.1:{port}")), &[]);
+        assert!(e.contains("is not a port number"), "{port}: {e}");
+    }
+    let e = refused(Some("http://user:hunter2@127.0.0.1:4318"), &[]);
+    assert!(e.contains("credentials") && !e.contains("hunter2"), "{e}");
+    let e = refused(Some("http://127.0.0.1:4318/#frag"), &[]);
+    assert!(e.contains("fragment"), "{e}");
+    let e = refused(
+        Some("http://127.0.0.1:4318"),
+        &[("OTEL_EXPORTER_OTLP_HEADERS", "content-length=5")],
+    );
+    assert!(e.contains("the exporter's own header"), "{e}");
+    // A region without a ring of closed requests has nothing to send.
+    let bare = dir.path().join("bare.region");
+    run(&[
+        "create",
+        bare.to_str().unwrap(),
+        "--edge",
+        "0:1",
+        "--closed-entries",
+        "0",
+    ]);
+    let out = Command::new(EDGEMARK)
+        .arg("export")
+        .arg(&bare)
+        .args(["--otlp", "http://127.0.0.1:4318"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("keeps no ring of closed requests"), "{e}");
 }
 
 // ---------------------------------------------------------------------------
@@ -467,7 +511,7 @@ fn spans_reach_rotel_with_their_trace_names_events_and_attributes() {
 }
 
 #[test]
-fn a_collector_stopped_and_restarted_blocks_nothing_and_drops_are_counted() {
+fn a_collector_stopped_and_restarted_blocks_nothing_and_loses_nothing_the_ring_holds() {
     let Some(bin) = rotel() else { return };
     let dir = tempfile::tempdir().unwrap();
     let region = region(dir.path());
@@ -475,7 +519,7 @@ fn a_collector_stopped_and_restarted_blocks_nothing_and_drops_are_counted() {
     let mut rotel = start_rotel(&bin, dir.path(), port, 0);
     let url = format!("http://127.0.0.1:{port}");
     // A small queue, so that the requests closed while the collector is
-    // down overflow it.
+    // down overflow it: the rest wait in the region's ring.
     let (mut exporter, metrics) = start_exporter(
         &region,
         &url,
@@ -497,16 +541,14 @@ fn a_collector_stopped_and_restarted_blocks_nothing_and_drops_are_counted() {
     // The collector goes away. Requests keep closing (no close waits for
     // the exporter), more than its queue holds.
     rotel.proc.stop();
+    let mut down = Vec::new();
     for _ in 0..60 {
-        let (tp, _, _) = fresh_traceparent();
+        let (tp, t, _) = fresh_traceparent();
         one_request(&rec, &tp);
+        down.push(t);
     }
-    wait_for("spans dropped for the full queue, counted", || {
-        (metric(
-            metrics,
-            "edgemark_otlp_dropped_spans_total{reason=\"queue_full\"}",
-        ) > 0.0)
-            .then_some(())
+    wait_for("a failed post", || {
+        (metric(metrics, "edgemark_otlp_export_failures_total") > 0.0).then_some(())
     });
     assert!(metric(metrics, "edgemark_otlp_export_failures_total") > 0.0);
     assert_eq!(metric(metrics, "edgemark_otlp_collector_up"), 0.0);
@@ -522,6 +564,15 @@ fn a_collector_stopped_and_restarted_blocks_nothing_and_drops_are_counted() {
     wait_for("the trace closed after the restart in rotel", || {
         rotel.log().contains(&after).then_some(())
     });
+    // And every one closed while it was down: the queue's, then the
+    // ring's.
+    wait_for("the 60 traces closed while rotel was down", || {
+        let log = rotel.log();
+        down.iter().all(|t| log.contains(t.as_str())).then_some(())
+    });
+    let ring = region_report(&region);
+    assert_eq!(ring["closed_lost"], 0, "{ring}");
+    assert_eq!(ring["closed_given_up"]["queue_full"], 0, "{ring}");
     wait_for("the collector counted up again", || {
         (metric(metrics, "edgemark_otlp_collector_up") == 1.0).then_some(())
     });
@@ -1006,4 +1057,312 @@ impl WaitOwned for Proc {
         let _ = self.child.wait();
         out
     }
+}
+
+// ---------------------------------------------------------------------------
+// At least once: exporters stopped or killed with requests taken and not
+// yet acknowledged, while the collector is up, down or paused (slow: its
+// socket takes the post, and no answer comes).
+
+/// The region's report as `edgemark inspect --json` prints it, without its
+/// open requests.
+fn region_report(region: &Path) -> Value {
+    let out = run(&["inspect", region.to_str().unwrap(), "--json"]);
+    let mut v: Value = serde_json::from_str(&out).unwrap();
+    v.as_object_mut().unwrap().remove("open");
+    v
+}
+
+/// Closed requests the region counts.
+fn closed_requests(region: &Path) -> u64 {
+    let ring = region_report(region);
+    ring["closed_requests"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("closed_requests in {ring}"))
+}
+
+/// Sends `sig` to the process (not its group).
+fn signal(p: &Proc, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(p.pid).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
+
+/// Sends `sig` to the process group of `p` (Phoenix runs workers).
+fn signal_group(p: &Proc, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(p.pid).unwrap();
+    rustix::process::kill_process_group(pid, sig).unwrap();
+}
+
+/// Waits for `p` to exit.
+fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
+    wait_for("the exporter to exit", || p.child.try_wait().ok().flatten())
+}
+
+/// The collector in a kill test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Collector {
+    Up,
+    /// Nothing listens on its port until the second exporter starts.
+    Down,
+    /// rotel stopped with SIGSTOP: connections are taken by the kernel
+    /// and posts sit in its socket, unanswered, until SIGCONT.
+    Slow,
+}
+
+/// The kill test: an exporter takes 20 closed requests, and is stopped
+/// with `sig` with the collector `collector`; 5 more close; a second
+/// exporter starts with the collector up. Every closed request reaches
+/// rotel, and the region's account is whole: each acknowledged once,
+/// nothing lost, nothing left.
+fn an_exporter_stopped_with(sig: rustix::process::Signal, collector: Collector) {
+    use rustix::process::Signal;
+    let Some(bin) = rotel() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let region = region(dir.path());
+    let port = free_port("127.0.0.1");
+    let url = format!("http://127.0.0.1:{port}");
+    let mut rotel = (collector != Collector::Down).then(|| start_rotel(&bin, dir.path(), port, 0));
+    if collector == Collector::Slow {
+        signal(&rotel.as_ref().unwrap().proc, Signal::STOP);
+    }
+    let envs = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "60000"),
+    ];
+    let first_err = dir.path().join("first.err");
+    let (mut first, metrics) = start_exporter_logging_to(&region, &url, &first_err, &envs);
+    let rec = Recorder::attach(&region).unwrap();
+    let mut traces = Vec::new();
+    for _ in 0..20 {
+        let (tp, t, _) = fresh_traceparent();
+        one_request(&rec, &tp);
+        traces.push(t);
+    }
+    wait_for("the first exporter taking all 20", || {
+        (metric(metrics, "edgemark_otlp_requests_total") == 20.0).then_some(())
+    });
+    signal(&first, sig);
+    let status = wait_exit(&mut first);
+    let said = std::fs::read_to_string(&first_err).unwrap();
+    if sig == Signal::KILL {
+        assert!(!status.success());
+    } else {
+        assert!(status.success(), "{status:?}: {said}");
+        assert!(said.contains("export stopped by SIG"), "{said}");
+        if collector != Collector::Up {
+            assert!(
+                said.contains("20 closed requests not sent by the deadline: 20 left in the ring"),
+                "{said}"
+            );
+        }
+    }
+    let ring = region_report(&region);
+    assert_eq!(ring["closed_lost"], 0, "{ring}");
+    if collector != Collector::Up {
+        assert_eq!(ring["closed_unacknowledged"], 20, "{ring}");
+    }
+    match collector {
+        Collector::Down => rotel = Some(start_rotel(&bin, dir.path(), port, 1)),
+        // What reached its socket is read now, and may arrive twice.
+        Collector::Slow => signal(&rotel.as_ref().unwrap().proc, Signal::CONT),
+        Collector::Up => {}
+    }
+    let rotel = rotel.unwrap();
+    for _ in 0..5 {
+        let (tp, t, _) = fresh_traceparent();
+        one_request(&rec, &tp);
+        traces.push(t);
+    }
+    let second_err = dir.path().join("second.err");
+    let (mut second, _) = start_exporter_logging_to(&region, &url, &second_err, &envs);
+    wait_for("every trace in rotel", || {
+        let log = rotel.log();
+        traces
+            .iter()
+            .all(|t| log.contains(t.as_str()))
+            .then_some(())
+    });
+    let ring = wait_for("every request acknowledged", || {
+        let r = region_report(&region);
+        (r["closed_acknowledged"] == 25).then_some(r)
+    });
+    assert_eq!(closed_requests(&region), 25);
+    assert_eq!(
+        (
+            &ring["closed_lost"],
+            &ring["closed_unread"],
+            &ring["closed_unacknowledged"],
+            &ring["closed_overwritten_taken"]
+        ),
+        (
+            &Value::from(0),
+            &Value::from(0),
+            &Value::from(0),
+            &Value::from(0)
+        ),
+        "{ring}"
+    );
+    assert_eq!(ring["closed_given_up"]["refused"], 0, "{ring}");
+    if collector != Collector::Up {
+        let said = std::fs::read_to_string(&second_err).unwrap();
+        assert!(
+            said.contains(
+                "20 closed requests that an exporter before this one took and did not send"
+            ),
+            "{said}"
+        );
+    }
+    signal(&second, Signal::TERM);
+    assert!(wait_exit(&mut second).success());
+}
+
+#[test]
+fn sigterm_with_the_collector_up_loses_nothing() {
+    an_exporter_stopped_with(rustix::process::Signal::TERM, Collector::Up);
+}
+
+#[test]
+fn sigterm_with_the_collector_down_leaves_the_requests_to_the_next_exporter() {
+    an_exporter_stopped_with(rustix::process::Signal::TERM, Collector::Down);
+}
+
+#[test]
+fn sigterm_with_the_collector_slow_leaves_the_requests_to_the_next_exporter() {
+    an_exporter_stopped_with(rustix::process::Signal::TERM, Collector::Slow);
+}
+
+#[test]
+fn sigint_with_the_collector_up_loses_nothing() {
+    an_exporter_stopped_with(rustix::process::Signal::INT, Collector::Up);
+}
+
+#[test]
+fn sigint_with_the_collector_down_leaves_the_requests_to_the_next_exporter() {
+    an_exporter_stopped_with(rustix::process::Signal::INT, Collector::Down);
+}
+
+#[test]
+fn sigint_with_the_collector_slow_leaves_the_requests_to_the_next_exporter() {
+    an_exporter_stopped_with(rustix::process::Signal::INT, Collector::Slow);
+}
+
+#[test]
+fn sigkill_with_the_collector_up_loses_nothing() {
+    an_exporter_stopped_with(rustix::process::Signal::KILL, Collector::Up);
+}
+
+#[test]
+fn sigkill_with_the_collector_down_leaves_the_requests_to_the_next_exporter() {
+    an_exporter_stopped_with(rustix::process::Signal::KILL, Collector::Down);
+}
+
+#[test]
+fn sigkill_with_the_collector_slow_leaves_the_requests_to_the_next_exporter() {
+    an_exporter_stopped_with(rustix::process::Signal::KILL, Collector::Slow);
+}
+
+/// Whether some TCP connection to local port `port` holds unread bytes
+/// (`/proc/net/tcp`'s `rx_queue`): a post waiting in a stopped server's
+/// socket.
+fn unread_bytes_at(port: u16) -> bool {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = f
+            .get(1)
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| u16::from_str_radix(p, 16).ok());
+        let rx = f
+            .get(4)
+            .and_then(|q| q.split(':').nth(1))
+            .and_then(|r| u64::from_str_radix(r, 16).ok());
+        local_port == Some(port) && rx.is_some_and(|r| r > 0)
+    })
+}
+
+/// An exporter killed while its post sits unanswered in Phoenix's socket:
+/// Phoenix reads that post once it runs again, and the next exporter
+/// sends the same requests again (they were never acknowledged). The
+/// segment spans' ids are derived from the request, so Phoenix, which
+/// keeps one span per id, ends with each span once.
+#[test]
+fn a_request_sent_twice_is_one_span_each_in_phoenix() {
+    use rustix::process::Signal;
+    let Some(bin) = phoenix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let region = region(dir.path());
+    let phoenix = start_phoenix(&bin, dir.path(), "127.0.0.1");
+    let url = format!("http://{}", phoenix.addr);
+    signal_group(&phoenix.proc, Signal::STOP);
+    let envs = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "60000"),
+    ];
+    let (mut first, _) =
+        start_exporter_logging_to(&region, &url, &dir.path().join("first.err"), &envs);
+    let rec = Recorder::attach(&region).unwrap();
+    let mut traces = Vec::new();
+    for _ in 0..3 {
+        let (tp, t, _) = fresh_traceparent();
+        one_request(&rec, &tp);
+        traces.push(t);
+    }
+    wait_for("the post waiting in Phoenix's socket", || {
+        unread_bytes_at(phoenix.addr.port()).then_some(())
+    });
+    signal(&first, Signal::KILL);
+    wait_exit(&mut first);
+    signal_group(&phoenix.proc, Signal::CONT);
+    let (mut second, _) =
+        start_exporter_logging_to(&region, &url, &dir.path().join("second.err"), &envs);
+    wait_for("the three requests acknowledged", || {
+        (region_report(&region)["closed_acknowledged"] == 3).then_some(())
+    });
+    // A marker after the resend: once Phoenix shows it, it has taken in
+    // both copies of the three.
+    let (tp, marker, _) = fresh_traceparent();
+    one_request(&rec, &tp);
+    phoenix.wait_spans(&marker, 2);
+    for t in &traces {
+        let spans = phoenix.wait_spans(t, 2);
+        let mut ids: Vec<String> = spans
+            .iter()
+            .map(|s| s["context"]["span_id"].as_str().unwrap_or("").to_owned())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!((spans.len(), ids.len()), (2, 2), "trace {t}: {spans:#?}");
+    }
+    signal(&second, Signal::TERM);
+    assert!(wait_exit(&mut second).success());
+}
+
+/// `OTEL_EXPORTER_OTLP_COMPRESSION=gzip`: rotel takes the gzip bodies.
+#[test]
+fn gzip_bodies_reach_rotel() {
+    let Some(bin) = rotel() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let region = region(dir.path());
+    let port = free_port("127.0.0.1");
+    let rotel = start_rotel(&bin, dir.path(), port, 0);
+    let (mut exporter, metrics) = start_exporter(
+        &region,
+        &format!("http://127.0.0.1:{port}"),
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let rec = Recorder::attach(&region).unwrap();
+    let (tp, trace, _) = fresh_traceparent();
+    one_request(&rec, &tp);
+    wait_for("the gzip-sent trace in rotel", || {
+        rotel.log().contains(&trace).then_some(())
+    });
+    assert_eq!(metric(metrics, "edgemark_otlp_export_failures_total"), 0.0);
+    assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 2.0);
+    signal(&exporter, rustix::process::Signal::TERM);
+    assert!(wait_exit(&mut exporter).success());
 }

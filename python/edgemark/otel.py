@@ -22,7 +22,9 @@ even that to import: it calls the span it is given.
 from __future__ import annotations
 
 import json
-from typing import Any, List, Mapping, Optional, Tuple, Union
+from typing import Any, Mapping, Optional, Tuple, Union
+
+from . import _edgemark as _native
 
 __all__ = ["add_snapshot", "HOST_MONOTONIC"]
 
@@ -101,36 +103,26 @@ def add_snapshot(
         edge = f"{seg.get('from_stage')}->{seg.get('to_stage')}"
         index = int(seg.get("segment_index", 0))
         domains = seg.get("clock_domains") or {}
-        events: List[Tuple[int, int, str, dict]] = []
-        previous: Optional[Tuple[str, float, str]] = None
-        order = 0
-        for field, value in seg.items():
-            if not field.endswith("_ms") or value is None:
-                continue
-            name = field[: -len("_ms")]
-            ms = float(value)
-            domain = str(domains.get(name, HOST_MONOTONIC))
+        recorded = [
+            (field[: -len("_ms")], float(value), str(domains.get(field[: -len("_ms")], HOST_MONOTONIC)))
+            for field, value in seg.items()
+            if field.endswith("_ms") and value is not None
+        ]
+        # Placement, time order and deltas are the core's span plan, the
+        # one `edgemark export --otlp` follows.
+        plan = _native.span_plan(recorded, origin)
+        for event in plan["events"]:
             attributes: dict = {
                 "edgemark.edge": edge,
                 "edgemark.segment": index,
-                "edgemark.elapsed_ms": ms,
-                "edgemark.clock_domain": domain,
+                "edgemark.elapsed_ms": event["elapsed_ms"],
+                "edgemark.clock_domain": event["clock_domain"],
             }
-            if domain == HOST_MONOTONIC:
-                at = origin + round(ms * 1_000_000)
-            else:
-                at = origin
+            if event["placed_at_origin"]:
                 attributes["edgemark.placed_at_origin"] = True
-            if previous is not None:
-                prev_name, prev_ms, prev_domain = previous
-                # As the snapshot's elapsed_between: one domain, not backwards.
-                if prev_domain == domain and ms >= prev_ms:
-                    attributes["edgemark.since_previous_ms"] = round(ms - prev_ms, 3)
-                    attributes["edgemark.previous_event"] = prev_name
-            previous = (name, ms, domain)
-            events.append((at, order, name, attributes))
-            order += 1
-        for at, _, name, attributes in sorted(events):
-            span.add_event(name, attributes=attributes, timestamp=at)
+            if event["previous_event"] is not None:
+                attributes["edgemark.since_previous_ms"] = event["since_previous_ms"]
+                attributes["edgemark.previous_event"] = event["previous_event"]
+            span.add_event(event["name"], attributes=attributes, timestamp=event["at_unix_ns"])
             added += 1
     return added

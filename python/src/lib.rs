@@ -27,6 +27,7 @@ mod handle;
 mod outcome;
 mod region;
 mod snapshot;
+mod span_plan;
 mod stream_edge;
 mod token;
 
@@ -143,6 +144,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_dir, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;
     m.add_function(wrap_pyfunction!(elapsed_between, m)?)?;
+    m.add_function(wrap_pyfunction!(span_plan::span_plan, m)?)?;
     m.add("HOST_MONOTONIC", HOST_MONOTONIC)?;
     m.add("MAX_ELAPSED_MS", edgemark::limits::MAX_ELAPSED_MS)?;
     m.add("MAX_CHUNK_SEQ", edgemark::limits::MAX_CHUNK_SEQ)?;

@@ -43,7 +43,8 @@ def _busy_region(path):
     r.begin(traceparent="00-not-a-trace", strict=False)
     for _ in range(3):
         r.close(r.begin())
-    r.drain_closed()  # a ring behind: counts the lost
+    r.drain_closed()  # a ring behind: the closes counted the lost
+    r.close(r.begin())  # one left unread in the ring
     return r
 
 
@@ -52,10 +53,14 @@ def test_report_is_info_then_counters_then_occupancy(tmp_path):
     report, info, counters = r.report(), r.info(), r.counters()
     assert info.pop("path") == r.path
     keys = list(report)
-    assert keys == list(info) + list(counters) + ["open_requests", "free_slots"]
+    occupancy = ["open_requests", "free_slots", "closed_unread", "closed_unacknowledged", "closed_readers"]
+    assert keys == list(info) + list(counters) + occupancy
     for key, value in list(info.items()) + list(counters.items()):
         assert report[key] == value, key
     assert (report["open_requests"], report["free_slots"]) == (2, 6)
+    # The ring: one close not yet taken, and no registered reader (what
+    # drain_closed takes is done with, nothing to acknowledge).
+    assert (report["closed_unread"], report["closed_unacknowledged"], report["closed_readers"]) == (1, 0, 0)
     assert len(r.open_requests()) == 2
     assert report["edges"] == ["0->1", "1->2"]
     assert report["domains"] == ["host_monotonic", "gpu", "late"]
@@ -69,7 +74,10 @@ def test_report_is_info_then_counters_then_occupancy(tmp_path):
     assert report["pid_namespaces"]["pids_judged"] is True
     assert report["closed_ring"]["entries"] == 2
     assert report["refused"]["invalid"] == 1 and report["refused"]["closed"] == 1
-    assert report["closed_requests"] == 4 and report["closed_lost"] >= 1
+    assert report["closed_requests"] == 5 and report["closed_lost"] >= 1
+    assert report["closed_acknowledged"] == 0 and report["closed_overwritten_taken"] == 0
+    assert report["closed_settled_overwritten"] == 0
+    assert report["closed_given_up"] == {"queue_full": 0, "retries_exhausted": 0, "refused": 0}
     assert report["dropped_segments"] >= 1 and report["bad_trace_contexts"] == 1
     assert list(report["refused"]) == [o for o in edgemark.OUTCOME_NAMES if o in report["refused"]]
     # Plain values all the way down: the JSON of the dict is the dict.

@@ -55,11 +55,13 @@ mod control;
 mod read;
 mod record;
 mod ring;
+mod ring_ack;
 
 pub(crate) use control::{Closed, Discard, Reclaimed, Tally};
 pub(crate) use read::{Both, Found, ReadInto, SegmentRead};
-pub(crate) use ring::{RingWrite, Take};
+pub(crate) use ring::{RingWrite, Take, TakeAs};
 pub(crate) use ring::{closed_us_of, replay, token_of, trace_of};
+pub(crate) use ring_ack::{READER_SLOTS, Settle};
 
 use core::marker::PhantomData;
 

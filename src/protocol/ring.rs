@@ -20,26 +20,47 @@
 //! computed from what each closer meant to write, tells a reader so.
 //!
 //! **Reading is a sequence lock plus a checksum.** The readers share a
-//! cursor, the next claim to read. A reader loads the state (`Acquire`,
+//! cursor, the next claim to look at. A reader loads the state (`Acquire`,
 //! pairing with the publishing CAS), copies the entry, fences (`Acquire`),
-//! loads the state again: a changed state means the entry was taken during
-//! the copy. An unchanged one with a checksum that does not match means a
-//! lapped closer's late stores (or a hostile writer) tore it. Either way the
-//! claim is lost and counted. A whole entry is taken by moving the cursor
-//! from `c` to `c + 1` by CAS: of several readers that copied it, only the
-//! one whose CAS succeeds hands it on, so no entry leaves twice.
+//! and swaps the state (below): a changed state means the entry was taken
+//! during the copy, and the swap fails. An unchanged one with a checksum
+//! that does not match means a lapped closer's late stores (or a hostile
+//! writer) tore it: the claim is lost and counted.
+//!
+//! **Taking is the state's compare-and-swap.** The copy is validated and
+//! the entry taken by one compare-and-swap of its state, from
+//! `published(c)` to `taken(c, r)` (a registered reader in slot `r` of the
+//! reader table, which acknowledges it later) or to `done(c)` (a reader
+//! that acknowledges nothing): a closer that took the entry during the copy
+//! changed the state first, so the swap fails. Of several readers that
+//! copied it, only the one whose swap succeeds hands it on. The cursor then
+//! moves from `c` to `c + 1`; any reader that finds the cursor at an entry
+//! already taken or overwritten moves it on, so the cursor is only where
+//! the readers look next, never who owns what.
+//!
+//! **Counting is by whoever moves a state away.** Each claim leaves the ring
+//! through exactly one change of its entry's state, and that change counts
+//! it: a reader's take; a closer that replaces `published(c)` or
+//! `writing(c)` (lost unread) or `taken(c, r)` (overwritten while awaiting
+//! acknowledgment, [`H_RING_OVERWRITTEN_TAKEN`]); a lapped closer, which
+//! finds a newer claim in its entry and counts itself lost; a reader that
+//! finds a whole-looking copy with a bad checksum, or gives up on a closer
+//! judged dead, and moves the state to `done(c)`.
 //!
 //! **Falling behind** loses the oldest: when the claims are more than a ring
 //! ahead of the cursor, a reader moves the cursor to the oldest claim still
-//! in the ring and counts the skipped ones. A claim whose closer is still
-//! writing (or died between its claim and its publication) holds the
-//! readers until it is published or a ring of newer closes passes it.
+//! in the ring; the closers that overwrite the skipped entries count them.
+//! A claim whose closer is still writing (or died between its claim and its
+//! publication) holds the readers until it is published or a ring of newer
+//! closes passes it.
+//!
+//! Acknowledgment, the reader table and adoption are in `ring_ack.rs`.
 
 use super::read::{ReadInto, SegmentRead};
 use super::{At, Proto};
 use crate::layout::{
-    H_RING_CLAIM, H_RING_LOST, H_RING_READ, R_CHECK, R_CLOSED_US, R_KIND, R_STATE, R_TOKEN,
-    R_TRACE, TRACE_WORDS,
+    H_RING_CLAIM, H_RING_LOST, H_RING_OVERWRITTEN_TAKEN, H_RING_READ, R_CHECK, R_CLOSED_US, R_KIND,
+    R_STATE, R_TOKEN, R_TRACE, TRACE_WORDS,
 };
 use crate::schema::MAX_EVENTS;
 use crate::sync::{Ordering, fence};
@@ -50,7 +71,7 @@ use crate::word::{CellWord, MAX_CLAIM, PlaceWord, RingStateWord, TokenWord};
 /// finaliser (splitmix64's) of the word and its place. Terms are summed, so
 /// a writer can change one word's term without rereading the others.
 #[inline]
-fn term(i: usize, w: u64) -> u64 {
+pub(super) fn term(i: usize, w: u64) -> u64 {
     let mut z = w ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -59,7 +80,7 @@ fn term(i: usize, w: u64) -> u64 {
 
 /// The checksum of an entry of claim `claim` whose terms sum to `sum`.
 #[inline]
-fn check(claim: u64, sum: u64) -> u64 {
+pub(super) fn check(claim: u64, sum: u64) -> u64 {
     sum ^ term(usize::MAX, claim)
 }
 
@@ -148,8 +169,17 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
         // Relaxed: the CAS re-validates it.
         let mut s = state.load(Ordering::Relaxed);
         loop {
-            if s.claim().is_some_and(|c| c >= claim) {
-                return;
+            match s.claim() {
+                // A reader judged this closer dead and gave the claim up
+                // (it counted it): write nothing.
+                Some(c) if c == claim => return,
+                // Lapped: a newer claim has the entry. Nobody else can
+                // count this request: count it here.
+                Some(c) if c > claim => {
+                    self.proto.count_ring_lost(1);
+                    return;
+                }
+                _ => {}
             }
             // Acquire: pairs with the Release CAS that published the
             // entry's previous claim (or took it), so that its stores come
@@ -165,6 +195,8 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
                 Err(now) => s = now,
             }
         }
+        // The claim this swap replaced leaves the ring here.
+        self.proto.count_replaced(s);
         // Release fence: a reader whose Acquire fence follows its load of
         // any store below then also sees our `writing` state in its second
         // state load, so it never takes a mixture for a published entry
@@ -232,8 +264,9 @@ impl<F> RingWrite<'_, F> {
             .store(check(t.claim, t.sum), Ordering::Relaxed);
         // Release: publishes the entry; pairs with the readers' Acquire
         // load of the state. Fails only if a newer claim took the entry
-        // meanwhile: then this request is lost, as a reader will count.
-        // Relaxed on failure: nothing more to do.
+        // meanwhile, or a reader gave this claim up: whichever moved the
+        // state counted this request lost. Relaxed on failure: nothing
+        // more to do.
         let _ = At::<RingStateWord>::new(self.proto.w(t.base + R_STATE)).compare_exchange(
             RingStateWord::writing(t.claim),
             RingStateWord::published(t.claim),
@@ -322,30 +355,44 @@ pub(crate) enum Take {
     /// The claim at the cursor is still being written (or its closer died
     /// before publishing it).
     Pending(u64),
-    /// Claims lost (skipped and counted); read on.
+    /// Claims lost (torn, and counted by this call); read on.
     Lost(u64),
-    /// Another reader moved the cursor first; read on.
+    /// Nothing for this reader here (another reader took it, a closer
+    /// overwrote it, the cursor moved); read on.
     Raced,
-    /// An entry with nothing to hand on (taken); read on.
+    /// An entry with nothing to hand on (taken, and done); read on.
     Void,
-    /// Claim taken: `buf` holds its entry's words.
-    Entry,
+    /// The claim taken: `buf` holds its entry's words.
+    Entry(u64),
+}
+
+/// What a take leaves in the state of the entry it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TakeAs {
+    /// `done(c)`: the reader acknowledges nothing (at most once).
+    Done,
+    /// `taken(c, r)`: the reader in slot `r` of the reader table
+    /// acknowledges it later (at least once).
+    Reader(u8),
 }
 
 impl Proto<'_> {
     /// One step of a reader: takes the claim at the shared cursor into
     /// `buf` (the entry's words, as many as an entry has) if it is
-    /// published and whole, else says why not. Only the reader whose cursor
-    /// CAS succeeds gets [`Take::Entry`] or counts a loss.
-    pub(crate) fn ring_take(&self, buf: &mut Vec<u64>) -> Take {
+    /// published and whole, leaving its state as `mark` says, else says why
+    /// not. Only the reader whose state swap succeeds gets
+    /// [`Take::Entry`]; only the one whose swap gives up a torn entry
+    /// counts it.
+    pub(crate) fn ring_take(&self, buf: &mut Vec<u64>, mark: TakeAs) -> Take {
         let l = self.layout;
         let entries = u64::from(l.ring_entries);
         if entries == 0 {
             return Take::Empty;
         }
         let cursor = self.w(H_RING_READ);
-        // Acquire: pairs with the Release CAS of the reader that moved the
-        // cursor last (its copy came before; ours come after).
+        // Acquire: pairs with the AcqRel move of the reader that moved the
+        // cursor last (the state swaps decide who takes what; this only
+        // keeps each reader's view of the cursor moving forward).
         let at = cursor.load(Ordering::Acquire);
         // Relaxed: the claim counter only numbers the claims; every entry
         // is judged by its own state word below.
@@ -354,47 +401,149 @@ impl Proto<'_> {
             return Take::Empty;
         }
         if claims - at > entries {
-            return self.skip(at, claims - entries);
+            // The skipped entries are counted by the closers that
+            // overwrite them.
+            self.advance(at, claims - entries);
+            return Take::Raced;
         }
         let base = l.ring_entry((at % entries) as u32);
         let state = At::<RingStateWord>::new(self.w(base + R_STATE));
         // Acquire: pairs with the Release CAS that published the entry.
         let s = state.load(Ordering::Acquire);
         match s.claim() {
-            Some(c) if c > at => return self.skip(at, at + 1),
-            Some(c) if c == at && !s.is_writing() => {}
+            Some(c) if c == at && s.is_published() => {}
+            // Overwritten (its closer counted it), or taken or given up
+            // already: move on.
+            Some(c) if c > at || (c == at && !s.is_writing()) => {
+                self.advance(at, at + 1);
+                return Take::Raced;
+            }
             _ => return Take::Pending(at),
         }
         buf.clear();
         for i in 0..l.ring_words {
-            // Relaxed: validated by the fence and the second state load.
+            // Relaxed: validated by the fence and the state swap below.
             buf.push(self.w(base + i).load(Ordering::Relaxed));
         }
         // Acquire fence: if a load above read a store of a closer that took
-        // the entry after `s`, the load below sees that closer's state.
+        // the entry after `s`, that closer's `writing` state (stored before
+        // its Release fence) comes before the swaps below in the state's
+        // modification order, so they fail (the sequence lock's reader
+        // side).
         fence(Ordering::Acquire);
-        // Relaxed: ordered by the fence.
-        if state.load(Ordering::Relaxed) != s {
-            return self.skip(at, at + 1);
-        }
         let sum =
             (R_CHECK + 1..l.ring_words).fold(0u64, |sum, i| sum.wrapping_add(term(i, buf[i])));
         if buf[R_CHECK] != check(at, sum) {
-            return self.skip(at, at + 1);
+            // Torn with its state unchanged (a lapped closer's late stores,
+            // or a hostile writer): given up, and counted by the reader
+            // whose swap gives it up. Relaxed: the swap carries no data.
+            let gave_up = state
+                .compare_exchange(
+                    s,
+                    RingStateWord::done(at),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+            self.advance(at, at + 1);
+            if gave_up {
+                self.count_ring_lost(1);
+                return Take::Lost(1);
+            }
+            return Take::Raced;
         }
-        if !self.advance(at, at + 1) {
-            Take::Raced
-        } else if buf[R_KIND] == kind::VOID {
+        let to = match mark {
+            TakeAs::Done => RingStateWord::done(at),
+            TakeAs::Reader(r) => RingStateWord::taken(at, r),
+        };
+        // The take. Relaxed: the Acquire fence above orders the copy
+        // before it, and it publishes nothing (the words are the closer's,
+        // published by its Release CAS, whose release sequence this swap
+        // continues). Relaxed on failure: another reader took it or a
+        // closer took the entry; read on.
+        if state
+            .compare_exchange(s, to, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return Take::Raced;
+        }
+        self.advance(at, at + 1);
+        if buf[R_KIND] == kind::VOID {
+            if let TakeAs::Reader(r) = mark {
+                // Nothing to acknowledge: done now. Relaxed: as the take.
+                let _ = state.compare_exchange(
+                    RingStateWord::taken(at, r),
+                    RingStateWord::done(at),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
             Take::Void
         } else {
-            Take::Entry
+            Take::Entry(at)
         }
     }
 
-    /// Skips claim `claim` if the cursor is at it, counting it lost; false
-    /// if the cursor has moved on.
+    /// Gives up on claim `claim`, which a take found pending (its closer
+    /// claimed it and has not published it), if the readers are still at
+    /// it: counted as lost, and the cursor moves on. False if it was
+    /// published, taken or overwritten meanwhile.
     pub(crate) fn ring_skip(&self, claim: u64) -> bool {
-        self.skip(claim, claim + 1) != Take::Raced
+        let l = self.layout;
+        let entries = u64::from(l.ring_entries);
+        // Acquire: as in `ring_take`.
+        if entries == 0 || self.w(H_RING_READ).load(Ordering::Acquire) != claim {
+            return false;
+        }
+        let base = l.ring_entry((claim % entries) as u32);
+        let state = At::<RingStateWord>::new(self.w(base + R_STATE));
+        // Relaxed: the swap below re-validates it and carries no data.
+        let s = state.load(Ordering::Relaxed);
+        if s.claim()
+            .is_some_and(|c| c > claim || (c == claim && !s.is_writing()))
+        {
+            self.advance(claim, claim + 1);
+            return false;
+        }
+        // Relaxed: no data; the closer, if it lives, finds `done(claim)`
+        // and writes nothing, or fails to publish.
+        if state
+            .compare_exchange(
+                s,
+                RingStateWord::done(claim),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        // The state replaced: the claim's own `writing` state (counted as
+        // lost here), or an older claim's, whose fate is counted as a
+        // closer would count it, and then this claim, given up.
+        self.count_replaced(s);
+        if s.claim() != Some(claim) {
+            self.count_ring_lost(1);
+        }
+        self.advance(claim, claim + 1);
+        true
+    }
+
+    /// Counts the fate of the claim whose state `s` a swap replaced: lost
+    /// unread if it was published or still being written, overwritten
+    /// while taken if a reader had taken it and not settled it, nothing if
+    /// it was done with (or the entry never used).
+    pub(super) fn count_replaced(&self, s: RingStateWord) {
+        if s.claim().is_none() || s.is_done() {
+            return;
+        }
+        if s.taken_by().is_some() {
+            // Relaxed: a counter.
+            self.w(H_RING_OVERWRITTEN_TAKEN)
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.count_ring_lost(1);
+        }
     }
 
     /// Counts `n` closed requests lost to the readers.
@@ -403,23 +552,13 @@ impl Proto<'_> {
         self.w(H_RING_LOST).fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Moves the cursor from `at` past the lost claims up to `to`, counting
-    /// them if this reader moved it.
-    fn skip(&self, at: u64, to: u64) -> Take {
-        if !self.advance(at, to) {
-            return Take::Raced;
-        }
-        self.count_ring_lost(to - at);
-        Take::Lost(to - at)
-    }
-
     /// Moves the cursor from `at` to `to`; false if another reader moved
     /// it first.
-    fn advance(&self, at: u64, to: u64) -> bool {
-        // AcqRel: Release orders our copy of the entry before the move
-        // (pairs with the next reader's Acquire load of the cursor);
-        // Acquire pairs with the previous mover's Release. Relaxed on
-        // failure: another reader moved it, and we read on from there.
+    pub(super) fn advance(&self, at: u64, to: u64) -> bool {
+        // AcqRel: pairs with the other readers' Acquire loads of the
+        // cursor and their moves, so the cursor each reader sees only
+        // grows. Relaxed on failure: another reader moved it, and we read
+        // on from there.
         self.w(H_RING_READ)
             .compare_exchange(at, to, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()

@@ -2,7 +2,7 @@
 //! drain of the ring of closed requests.
 
 use super::{Live, Recorder, Viewer};
-use crate::protocol::{self, Take};
+use crate::protocol::{self, Take, TakeAs};
 use crate::region::SweepError;
 use crate::snapshot::{RequestState, Snapshot};
 use crate::token::Token;
@@ -62,11 +62,16 @@ impl Recorder {
     /// readers share one cursor in the region, so that of several readers,
     /// in one process or many, each closed request reaches exactly one.
     /// Closes never wait for a reader: a reader more than a ring behind
-    /// loses the oldest entries, as does one that finds an entry torn; both
-    /// are counted ([`Drained::lost`],
-    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost)). A close
+    /// loses the oldest entries (counted by the closes that overwrite them),
+    /// as does one that finds an entry torn (counted by the reader,
+    /// [`Drained::lost`]); both are in
+    /// [`Counters::closed_lost`](crate::report::Counters::closed_lost). A close
     /// still being written holds the drain there until the next call
     /// ([`Drained::pending`]; see [`Recorder::skip_closed`]).
+    ///
+    /// Each request taken here is done with: nothing acknowledges it (at
+    /// most once). A [`ClosedReader`](crate::ClosedReader) acknowledges
+    /// what it takes, and what it leaves is sent again (at least once).
     ///
     /// A recorder, not a [`Viewer`]: the drain moves the readers' shared
     /// cursor. Errors: what [`Viewer::check`] says. A disabled recorder or
@@ -88,6 +93,16 @@ impl Recorder {
         max: usize,
         out: &mut Vec<ClosedRequest>,
     ) -> Result<Drained, SweepError> {
+        self.drain_as(TakeAs::Done, max, out)
+    }
+
+    /// [`Recorder::drain_closed`], leaving each taken entry as `mark` says.
+    pub(super) fn drain_as(
+        &self,
+        mark: TakeAs,
+        max: usize,
+        out: &mut Vec<ClosedRequest>,
+    ) -> Result<Drained, SweepError> {
         let mut drained = Drained::default();
         let Some(Live { inner, proto }) = self.live() else {
             return Ok(drained);
@@ -101,7 +116,7 @@ impl Recorder {
             if drained.taken >= max {
                 break;
             }
-            match proto.ring_take(&mut buf) {
+            match proto.ring_take(&mut buf, mark) {
                 Take::Empty => {
                     drained.caught_up = true;
                     break;
@@ -112,20 +127,25 @@ impl Recorder {
                 }
                 Take::Lost(n) => drained.lost += n,
                 Take::Raced | Take::Void => {}
-                Take::Entry => {
+                Take::Entry(claim) => {
                     if inner.storage.faulted() {
                         // The copy may be zeros from a lost page.
                         break;
                     }
-                    match (Live { inner, proto }).closed_request(&buf) {
+                    match (Live { inner, proto }).closed_request(claim, &buf) {
                         Some(c) => {
                             out.push(c);
                             drained.taken += 1;
                         }
                         None => {
                             // Taken, but not what a close writes: counted
-                            // as lost, as a torn entry is.
-                            proto.count_ring_lost(1);
+                            // as lost, as a torn entry is, and done with.
+                            match mark {
+                                TakeAs::Reader(r) => {
+                                    proto.ring_settle(claim, r, protocol::Settle::Lost);
+                                }
+                                TakeAs::Done => proto.count_ring_lost(1),
+                            }
                             drained.lost += 1;
                         }
                     }
@@ -151,7 +171,7 @@ impl Recorder {
 impl Live<'_> {
     /// The closed request a taken ring entry holds, read as a close reads
     /// its slot; `None` for words no close writes.
-    fn closed_request(self, buf: &[u64]) -> Option<ClosedRequest> {
+    pub(super) fn closed_request(self, claim: u64, buf: &[u64]) -> Option<ClosedRequest> {
         let Live { inner, proto } = self;
         let trace = SlotTrace::from_words(protocol::trace_of(buf))?;
         let (slot, generation) = protocol::token_of(buf);
@@ -169,6 +189,7 @@ impl Live<'_> {
             trace,
             closed_us: protocol::closed_us_of(buf),
             snapshot,
+            claim,
         })
     }
 }

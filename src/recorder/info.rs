@@ -90,7 +90,8 @@ impl Viewer {
 
     /// Everything the region says about itself now, in its one encoding
     /// (see [`report`](crate::report)): its info, its counters, and its
-    /// occupancy from one sweep of the slots; `None` when disabled.
+    /// occupancy from one sweep of the slots and one pass over the ring of
+    /// closed requests; `None` when disabled.
     ///
     /// ```
     /// let rec = edgemark::Recorder::builder().edge(0, 1).slots(8).create_in_memory()?;
@@ -121,10 +122,30 @@ impl Viewer {
         let Some(info) = self.info() else {
             return Ok(None);
         };
+        // The ring's pass first: a page it found lost (read as zeros)
+        // marks the mapping faulted, which the sweep's last check reports.
+        // Entries in a hole of a sparse file were never written: left out,
+        // as the sweep leaves out the slots there.
+        let ring = match self.live() {
+            Some(live) if info.ring_entries > 0 => {
+                let (mut unread, mut unacknowledged) = (0, 0);
+                let inner = live.inner;
+                inner.storage.ring_runs(&inner.header.layout, |from, to| {
+                    let (u, a) = live.proto.ring_states(from..to);
+                    unread += u;
+                    unacknowledged += a;
+                });
+                (unread, unacknowledged, live.proto.ring_readers())
+            }
+            _ => (0, 0, 0),
+        };
         let open = self.open_count_checked()?;
+        let (unread, unacknowledged, readers) = ring;
+        let occupancy =
+            Occupancy::new(open, info.slots).with_closed_ring(unread, unacknowledged, readers);
         Ok(Some(RegionReport {
             counters: self.counters(),
-            occupancy: Occupancy::new(open, info.slots),
+            occupancy,
             info,
         }))
     }

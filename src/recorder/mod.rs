@@ -27,11 +27,13 @@ mod attach;
 mod builder;
 mod closed;
 mod info;
+mod reader;
 mod record;
 mod sweep;
 
 pub use attach::AttachOptions;
 pub use builder::RegionBuilder;
+pub use reader::{ClosedReader, GiveUp, ReaderError, ReaderHolder};
 
 /// Whether a region's `host_monotonic` domain is this process's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -118,7 +118,32 @@ impl Storage {
         match self {
             Storage::Heap(_) => f(0, layout.slots),
             #[cfg(not(edgemark_loom))]
-            Storage::Mapped(m) => m.slot_runs(layout, f),
+            Storage::Mapped(m) => m.runs(
+                layout.slots_offset_bytes(),
+                layout.slot_stride_bytes(),
+                layout.slots,
+                f,
+            ),
+        }
+    }
+
+    /// [`Storage::slot_runs`] for the entries of the ring of closed
+    /// requests: an entry in a hole has never been written (its state is
+    /// 0, an entry never used), so a pass over the ring that leaves it out
+    /// counts the same.
+    pub(crate) fn ring_runs(&self, layout: &crate::layout::Layout, mut f: impl FnMut(u32, u32)) {
+        if layout.ring_entries == 0 {
+            return;
+        }
+        match self {
+            Storage::Heap(_) => f(0, layout.ring_entries),
+            #[cfg(not(edgemark_loom))]
+            Storage::Mapped(m) => m.runs(
+                layout.ring_offset_bytes(),
+                layout.ring_stride_bytes(),
+                layout.ring_entries,
+                f,
+            ),
         }
     }
 }
@@ -153,13 +178,13 @@ impl Mapped {
         Ok(Mapped { map })
     }
 
-    /// See [`Storage::slot_runs`].
-    fn slot_runs(&self, layout: &crate::layout::Layout, mut f: impl FnMut(u32, u32)) {
+    /// The runs `[from, to)` of the `count` items of `stride` bytes from
+    /// byte `first` that meet a data extent of the file ([`Storage::slot_runs`],
+    /// [`Storage::ring_runs`]).
+    fn runs(&self, first: u64, stride: u64, count: u32, mut f: impl FnMut(u32, u32)) {
         use rustix::fs::{SeekFrom, seek};
-        let first = layout.slots_offset_bytes();
-        let stride = layout.slot_stride_bytes();
-        let end = first + u64::from(layout.slots) * stride;
-        let slot_of = |byte: u64| ((byte.saturating_sub(first)) / stride) as u32;
+        let end = first + u64::from(count) * stride;
+        let item_of = |byte: u64| ((byte.saturating_sub(first)) / stride) as u32;
         let mut at = first;
         while at < end {
             let data = match seek(self.map.file(), SeekFrom::Data(at)) {
@@ -167,7 +192,7 @@ impl Mapped {
                 // ENXIO: no data at or after `at`; the rest is a hole.
                 Err(e) if e == Errno::NXIO => return,
                 // No hole reporting here: sweep what is left.
-                Err(_) => return f(slot_of(at), layout.slots),
+                Err(_) => return f(item_of(at), count),
             };
             if data >= end {
                 return;
@@ -176,10 +201,10 @@ impl Mapped {
                 Ok(h) => h.min(end),
                 Err(_) => end,
             };
-            // The slots that meet [data, hole): from the one holding `data`
+            // The items that meet [data, hole): from the one holding `data`
             // to the one holding the byte before `hole`.
-            let (from, to) = (slot_of(data), slot_of(hole - 1) + 1);
-            f(from, to.min(layout.slots));
+            let (from, to) = (item_of(data), item_of(hole - 1) + 1);
+            f(from, to.min(count));
             // Never go backwards, even if the file changes under us.
             at = hole.max(at + 1);
         }

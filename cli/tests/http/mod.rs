@@ -166,18 +166,25 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
 }
 
 /// Every metric family of a scrape, in the classic text format.
-pub const FAMILIES: [&str; 11] = [
+pub const FAMILIES: [&str; 18] = [
     "edgemark_region_ok",
     "edgemark_boundary_elapsed_seconds",
     "edgemark_delta_seconds",
     "edgemark_refused_records_total",
+    "edgemark_closed_given_up_total",
     "edgemark_closed_requests_total",
     "edgemark_reclaimed_requests_total",
     "edgemark_dropped_segments_total",
     "edgemark_closed_lost_total",
+    "edgemark_closed_acknowledged_total",
+    "edgemark_closed_overwritten_taken_total",
+    "edgemark_closed_settled_overwritten_total",
     "edgemark_bad_trace_contexts_total",
     "edgemark_open_requests",
     "edgemark_free_slots",
+    "edgemark_closed_unread",
+    "edgemark_closed_unacknowledged",
+    "edgemark_closed_readers",
 ];
 
 /// Asserts that `reply` is a 200 with every metric family in it.

@@ -17,8 +17,10 @@ impl PyRegion {
     /// ``trace_id`` and ``span_id`` (hex; the request's own span),
     /// ``parent_span_id`` (hex, or ``None`` when its trace started here),
     /// ``trace_flags``, ``origin_unix_ns``, ``closed_unix_ns`` and
-    /// ``snapshot`` (as ``close`` returned it). Losses (a reader a ring
-    /// behind) are counted in ``counters()["closed_lost"]``.
+    /// ``snapshot`` (as ``close`` returned it), each done with as it is
+    /// taken (nothing to acknowledge). Losses (requests the ring overwrote
+    /// before any reader took them, counted as they are overwritten) are in
+    /// ``counters()["closed_lost"]``.
     #[pyo3(signature = (max=256))]
     fn drain_closed<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
         if self.viewer.is_some() {

@@ -29,9 +29,12 @@ impl PyRegion {
     /// Everything the region says about itself now, as ``edgemark inspect
     /// --json`` prints it (without its ``"open"`` list): ``info()``'s keys
     /// but ``path``, then ``counters()``'s, then ``"open_requests"`` and
-    /// ``"free_slots"`` from one sweep of the slots (taken without the
-    /// GIL). ``None`` when disabled. Raises ``RegionShrunkError`` (or
-    /// ``RegionNoSpaceError``) when the sweep finds the file shrunk.
+    /// ``"free_slots"`` from one sweep of the slots and
+    /// ``"closed_unread"``, ``"closed_unacknowledged"`` and
+    /// ``"closed_readers"`` from one pass over the ring of closed requests
+    /// (taken without the GIL). ``None`` when disabled. Raises
+    /// ``RegionShrunkError`` (or ``RegionNoSpaceError``) when the sweep
+    /// finds the file shrunk.
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let view = self.view();
         let report = py.detach(|| view.report()).map_err(sweep_error)?;
@@ -40,8 +43,11 @@ impl PyRegion {
 
     /// The region's counters, the core's names: ``{"refused": {outcome:
     /// n, ...}, "dropped_segments": n, "closed_requests": n,
-    /// "reclaimed_requests": n, "closed_lost": n, "bad_trace_contexts":
-    /// n}`` (``refused`` in the core's counter order).
+    /// "reclaimed_requests": n, "closed_lost": n, "closed_acknowledged":
+    /// n, "closed_given_up": {"queue_full": n, "retries_exhausted": n,
+    /// "refused": n}, "closed_overwritten_taken": n,
+    /// "closed_settled_overwritten": n, "bad_trace_contexts": n}``
+    /// (``refused`` in the core's counter order).
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         to_dict(py, &self.view().counters())
     }
