@@ -25,7 +25,9 @@ difference (SharedMemoryConnector's put and get cost tens of microseconds).
 
 Every round is timed on its own and the figures are medians of rounds, so
 that a round the machine preempted does not move them; the modes alternate
-block by block, so that drift hits both alike.
+block by block, so that drift hits them alike. A third mode wraps the same
+call sites with closures that only call through: what wrapping costs before
+a wrapper does anything, the floor of a plugin made of wrappers.
 
 Both modes run the same rounds of one open request whose events were
 recorded by its first chunk: the steady state of a stream. The first chunk
@@ -223,22 +225,65 @@ def rounds(producer, consumer, rid: str, n: int) -> list:
     return out
 
 
+class PassThrough:
+    """Every transport call site the plugin wraps, wrapped instead by a
+    closure that only calls through: what any wrapper costs before it does
+    anything (the floor of a plugin made of wrappers)."""
+
+    def __init__(self) -> None:
+        from edgemark.vllm_omni import adapter, runner
+        from edgemark.vllm_omni._instrumentor import MissingError, resolve
+
+        self.sites = []
+        for target in adapter.TARGETS + adapter.OPTIONAL + runner.TARGETS:
+            try:
+                owner, func = resolve(target)
+            except MissingError:
+                continue
+            self.sites.append((owner, target.attr, func))
+
+    def patch(self) -> None:
+        import functools
+
+        def through(orig):
+            # Shaped as the plugin's wrappers are: a closure over the original.
+            def call_through(self, *args, **kwargs):
+                return orig(self, *args, **kwargs)
+
+            return call_through
+
+        for owner, attr, func in self.sites:
+            setattr(owner, attr, functools.wraps(func)(through(func)))
+
+    def restore(self) -> None:
+        for owner, attr, func in self.sites:
+            setattr(owner, attr, func)
+
+
 def measure(name: str, run, repeats: int, n: int) -> tuple:
-    """Alternated blocks of ``run`` with the plugin off and on."""
+    """Alternated blocks of ``run`` with the plugin off, on, and replaced
+    by pass-through wrappers."""
     from edgemark import vllm_omni
 
-    off, on = [], []
+    off, on, bare = [], [], []
+    through = PassThrough()
+    orders = (("off", "on", "bare"), ("on", "bare", "off"), ("bare", "off", "on"))
     for i in range(repeats):
-        # Alternate which mode goes first, so that drift hits both alike.
-        for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+        # Rotate which mode goes first, so that drift hits all alike.
+        for mode in orders[i % 3]:
+            vllm_omni.uninstrument()
+            through.restore()
             if mode == "on":
                 vllm_omni.instrument()
                 on.extend(run())
+            elif mode == "bare":
+                through.patch()
+                bare.extend(run())
             else:
-                vllm_omni.uninstrument()
                 off.extend(run())
+    through.restore()
     vllm_omni.uninstrument()
-    return off, on
+    return off, on, bare
 
 
 def main() -> None:
@@ -291,11 +336,13 @@ def main() -> None:
     us = lambda xs: statistics.median(xs) / 1000  # noqa: E731
     q = lambda xs, p: sorted(xs)[int(p * (len(xs) - 1))] / 1000  # noqa: E731
     print(f"one chunk per round, {args.repeats} alternated blocks of {args.n} per mode, every round timed")
-    for name, (off, on) in results.items():
+    for name, (off, on, bare) in results.items():
         print(f"{name}:")
         print(f"  plugin off              {us(off):8.2f} us per chunk (median; p90 {q(off, 0.9):.2f})")
         print(f"  plugin on               {us(on):8.2f} us per chunk (median; p90 {q(on, 0.9):.2f})")
+        print(f"  pass-through wrappers   {us(bare):8.2f} us per chunk (median; p90 {q(bare, 0.9):.2f})")
         print(f"  added by the plugin     {us(on) - us(off):8.2f} us per chunk (difference of the medians)")
+        print(f"  added by pass-through   {us(bare) - us(off):8.2f} us per chunk (the floor of any wrapper)")
     print(f"token lookup (open + read) {statistics.median(reads) * 1e6:7.2f} us, once per request and stage process")
 
 
