@@ -141,13 +141,40 @@ fn tls_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls:
     None
 }
 
-/// A post that failed after the connection was made: a TLS failure if
-/// rustls is behind it, else worth another try.
-fn post_failed(what: &str, e: &hyper::Error) -> PostError {
-    match tls_cause(e) {
-        Some(tls) => PostError::Tls(format!("{what}: TLS: {tls}")),
-        None => PostError::Retry(format!("{what}: {e}"), None),
+/// `e` and its causes, `: `-separated (hyper's own message alone says
+/// only `connection error`).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(x) = cur {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        cur = x.source();
     }
+    s
+}
+
+/// A post that failed after the connection was made: a TLS failure if
+/// rustls is behind it, or if the collector asked for a client
+/// certificate and none was offered (then dropping the connection is
+/// how it refuses); else worth another try.
+fn post_failed(what: &str, e: &hyper::Error, tls: Option<&crate::config::Tls>) -> PostError {
+    if let Some(cause) = tls_cause(e) {
+        return PostError::Tls(format!("{what}: TLS: {cause}"));
+    }
+    let asked = tls
+        .and_then(|t| t.no_client_cert.as_ref())
+        .is_some_and(|n| n.asked.get().is_some());
+    if asked {
+        return PostError::Tls(format!(
+            "{what}: {}; the collector asked for a client certificate and none is set \
+             ({} and {})",
+            chain(e),
+            crate::config::CLIENT_CERTIFICATE_VARS[1],
+            crate::config::CLIENT_KEY_VARS[1]
+        ));
+    }
+    PostError::Retry(format!("{what}: {}", chain(e)), None)
 }
 
 impl Client {
@@ -193,7 +220,7 @@ impl Client {
         sender
             .ready()
             .await
-            .map_err(|e| post_failed("the connection closed", &e))?;
+            .map_err(|e| post_failed("the connection closed", &e, self.config.tls.as_ref()))?;
         let mut req = Request::post(self.config.target.clone())
             .header(HOST, self.config.authority.as_str())
             .header(CONTENT_TYPE, "application/x-protobuf")
@@ -210,7 +237,7 @@ impl Client {
         let resp = sender
             .send_request(req)
             .await
-            .map_err(|e| post_failed("the post failed", &e))?;
+            .map_err(|e| post_failed("the post failed", &e, self.config.tls.as_ref()))?;
         let status = resp.status();
         let after = resp
             .headers()

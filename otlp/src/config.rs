@@ -3,14 +3,16 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hyper::Uri;
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::RootCertStore;
+use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::sign::CertifiedKey;
 
 /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: spans sent in one post.
 pub const BATCH_VAR: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
@@ -150,10 +152,32 @@ pub(crate) struct Tls {
     /// The name the collector's certificate is checked against, sent as
     /// SNI (not for an IP address): the URL's host.
     pub(crate) server_name: ServerName<'static>,
+    /// Without a client certificate: whether a collector asked for one.
+    pub(crate) no_client_cert: Option<Arc<NoClientCert>>,
     /// The CA file trusted instead of the system's roots, if any.
     ca_file: Option<PathBuf>,
     /// The client certificate file, if any.
     client_certificate: Option<PathBuf>,
+}
+
+/// No client certificate to offer, as rustls' default; but noting that a
+/// collector asked for one, so that a connection it then drops (TLS 1.3
+/// refuses a missing client certificate only after the handshake, often
+/// by closing) is said as a TLS failure, with what to set.
+#[derive(Debug, Default)]
+pub(crate) struct NoClientCert {
+    pub(crate) asked: OnceLock<()>,
+}
+
+impl ResolvesClientCert for NoClientCert {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        let _ = self.asked.set(());
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        false
+    }
 }
 
 /// The file a certificate variable names, read.
@@ -255,8 +279,13 @@ impl Tls {
             .with_root_certificates(roots);
         let key = first(env, &CLIENT_KEY_VARS);
         let chain = first(env, &CLIENT_CERTIFICATE_VARS);
+        let mut no_client_cert = None;
         let (mut client, client_certificate) = match (key, chain) {
-            (None, None) => (builder.with_no_client_auth(), None),
+            (None, None) => {
+                let none = Arc::new(NoClientCert::default());
+                no_client_cert = Some(Arc::clone(&none));
+                (builder.with_client_cert_resolver(none), None)
+            }
             (Some((var, _)), None) => bail!(
                 "{var} is set but not {}: a client key needs its certificate \
                  (mutual TLS takes both)",
@@ -286,6 +315,7 @@ impl Tls {
         Ok(Tls {
             client: Arc::new(client),
             server_name,
+            no_client_cert,
             ca_file,
             client_certificate,
         })
@@ -542,7 +572,11 @@ impl Config {
             Some(Tls::new(&url, host, &env)?)
         } else {
             // Said once, at start: the files are not read.
-            for vars in [&CERTIFICATE_VARS, &CLIENT_KEY_VARS, &CLIENT_CERTIFICATE_VARS] {
+            for vars in [
+                &CERTIFICATE_VARS,
+                &CLIENT_KEY_VARS,
+                &CLIENT_CERTIFICATE_VARS,
+            ] {
                 if let Some((var, _)) = first(&env, vars) {
                     warnings.push(format!(
                         "{var} is set but {url} is http://: no TLS, the file is not used"

@@ -200,11 +200,7 @@ fn https_takes_port_443_and_the_ca_file_given() {
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     // An IP address is a host the certificate can name, v4 or v6.
     for url in ["https://127.0.0.1:4318", "https://[::1]:4318"] {
-        let c = Config::new(
-            Some(url),
-            env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)]),
-        )
-        .unwrap();
+        let c = Config::new(Some(url), env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)])).unwrap();
         assert!(c.https(), "{url}");
     }
     let plain = Config::new(Some("http://collector"), env(&[])).unwrap();
@@ -264,7 +260,8 @@ fn each_traces_certificate_variable_wins_over_the_general_one() {
 
 #[test]
 fn a_certificate_file_that_cannot_be_used_is_said_with_its_variable_and_path() {
-    let dir = tempfile_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let empty = dir.join("empty.pem");
     std::fs::write(&empty, "").unwrap();
     let text = dir.join("text.pem");
@@ -328,7 +325,6 @@ fn a_certificate_file_that_cannot_be_used_is_said_with_its_variable_and_path() {
     // The CA file is read even where the system's roots would do.
     let e = err(&[("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", &missing)]);
     assert!(e.contains(&missing), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -381,21 +377,12 @@ fn certificate_variables_with_an_http_url_are_warned_about_and_not_read() {
     let w = c.warnings();
     assert_eq!(w.len(), 2, "{w:?}");
     assert!(
-        w[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE is set but") && w[0].contains("http://"),
+        w[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE is set but")
+            && w[0].contains("http://"),
         "{w:?}"
     );
-    assert!(w[1].starts_with("OTEL_EXPORTER_OTLP_CLIENT_KEY is set but"), "{w:?}");
-}
-
-/// A fresh directory of this test process's own.
-fn tempfile_dir() -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "edgemark-otlp-config-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    assert!(
+        w[1].starts_with("OTEL_EXPORTER_OTLP_CLIENT_KEY is set but"),
+        "{w:?}"
+    );
 }
