@@ -531,6 +531,13 @@ impl Config {
     /// `OTEL_EXPORTER_OTLP_{TRACES_,}{HEADERS,TIMEOUT,PROTOCOL,COMPRESSION}`,
     /// the batch and queue from `OTEL_BSP_*`, the resource from
     /// `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`.
+    ///
+    /// For an `https://` URL, the TLS settings from [`CERTIFICATE_VARS`],
+    /// [`CLIENT_KEY_VARS`] and [`CLIENT_CERTIFICATE_VARS`]: their files are
+    /// read here, so that one missing, unreadable or holding no
+    /// certificate (or key) is an error now, naming the variable and the
+    /// path. With an `http://` URL those variables are not read: each one
+    /// set is a [warning](Config::warnings).
     pub fn new(
         flag: Option<&str>,
         env: impl Fn(&str) -> Option<String>,
