@@ -164,7 +164,7 @@ fn post_failed(what: &str, e: &hyper::Error, tls: Option<&crate::config::Tls>) -
     }
     let asked = tls
         .and_then(|t| t.no_client_cert.as_ref())
-        .is_some_and(|n| n.asked.get().is_some());
+        .is_some_and(|n| n.asked());
     if asked {
         return PostError::Tls(format!(
             "{what}: {}; the collector asked for a client certificate and none is set \
@@ -206,6 +206,9 @@ impl Client {
             self.sender = Some(match &self.config.tls {
                 None => handshake(stream).await?,
                 Some(tls) => {
+                    if let Some(n) = &tls.no_client_cert {
+                        n.clear();
+                    }
                     let stream = tokio_rustls::TlsConnector::from(Arc::clone(&tls.client))
                         .connect(tls.server_name.clone(), stream)
                         .await

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::Uri;
@@ -164,14 +164,29 @@ pub(crate) struct Tls {
 /// collector asked for one, so that a connection it then drops (TLS 1.3
 /// refuses a missing client certificate only after the handshake, often
 /// by closing) is said as a TLS failure, with what to set.
+/// The exporter makes one connection at a time, and clears the note before
+/// each: it tells of the connection in use.
 #[derive(Debug, Default)]
 pub(crate) struct NoClientCert {
-    pub(crate) asked: OnceLock<()>,
+    asked: Mutex<bool>,
+}
+
+impl NoClientCert {
+    /// Whether the collector asked for a client certificate since
+    /// [`clear`](Self::clear).
+    pub(crate) fn asked(&self) -> bool {
+        *self.asked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before a new connection.
+    pub(crate) fn clear(&self) {
+        *self.asked.lock().unwrap_or_else(|e| e.into_inner()) = false;
+    }
 }
 
 impl ResolvesClientCert for NoClientCert {
     fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-        let _ = self.asked.set(());
+        *self.asked.lock().unwrap_or_else(|e| e.into_inner()) = true;
         None
     }
 
