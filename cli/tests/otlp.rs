@@ -4,6 +4,10 @@
 //! `/dev/shm`) whose exporters send one cross-host request's spans into one
 //! Phoenix.
 //!
+//! The https tests make their CA, server and client certificates with
+//! Debian's `openssl` command, start Phoenix with TLS, and read its spans
+//! back over TLS.
+//!
 //! rotel and Phoenix are found in the Python virtual environment named by
 //! `EDGEMARK_OTEL_VENV` (`.ci/run` builds one: `pip install rotel
 //! arize-phoenix`; rotel's binary needs Debian's `libpython3.11`). Where they are missing, each test says so and
@@ -17,6 +21,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgemark::{Edge, Event, Mark, Recorder, TraceContext};
@@ -164,7 +169,36 @@ fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     .ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    answer(&raw)
+}
+
+/// `GET path` of `addr` over HTTP/1.0 in TLS, the server's certificate
+/// checked for `addr`'s IP address: the status and the body.
+fn get_tls(addr: SocketAddr, path: &str, tls: &Arc<rustls::ClientConfig>) -> Option<(u16, String)> {
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let name = rustls::pki_types::ServerName::from(addr.ip());
+    let conn = rustls::ClientConnection::new(Arc::clone(tls), name).ok()?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: */*\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    match s.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // A server that closes without TLS's close_notify: the answer
+        // is whole when its body is (HTTP/1.0 ends it with the close).
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(_) => return None,
+    }
+    answer(&raw)
+}
+
+/// The status and the body of an HTTP answer.
+fn answer(raw: &[u8]) -> Option<(u16, String)> {
+    let text = String::from_utf8_lossy(raw).into_owned();
     let status = text.split(' ').nth(1)?.parse().ok()?;
     let body = text
         .split_once("\r\n\r\n")
@@ -213,13 +247,27 @@ impl Rotel {
     }
 }
 
-/// A Phoenix server on `ip` (its REST API and OTLP/HTTP on one port).
+/// A Phoenix server on `ip` (its REST API and OTLP/HTTP on one port),
+/// over TLS if `tls` (how it is read back) is some.
 struct Phoenix {
     proc: Proc,
     addr: SocketAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 fn start_phoenix(bin: &Path, dir: &Path, ip: &str) -> Phoenix {
+    start_phoenix_with(bin, dir, ip, &[], None)
+}
+
+/// [`start_phoenix`] with more of its variables, read back through `tls`
+/// if some.
+fn start_phoenix_with(
+    bin: &Path,
+    dir: &Path,
+    ip: &str,
+    envs: &[(&str, &Path)],
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Phoenix {
     let port = free_port(ip);
     let log = std::fs::File::create(dir.join("phoenix.log")).unwrap();
     let proc = Proc::spawn(
@@ -231,21 +279,31 @@ fn start_phoenix(bin: &Path, dir: &Path, ip: &str) -> Phoenix {
             .env("PHOENIX_GRPC_PORT", free_port(ip).to_string())
             .env("PHOENIX_WORKING_DIR", dir.join("phoenix"))
             .env("PHOENIX_TELEMETRY_ENABLED", "false")
+            .envs(envs.iter().copied())
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log)),
     );
     let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+    let phoenix = Phoenix { proc, addr, tls };
     wait_for("Phoenix to answer /healthz", || {
-        get(addr, "/healthz").filter(|(s, _)| *s == 200)
+        phoenix.get("/healthz").filter(|(s, _)| *s == 200)
     });
-    Phoenix { proc, addr }
+    phoenix
 }
 
 impl Phoenix {
+    /// `GET path`, over TLS if Phoenix serves it.
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        match &self.tls {
+            None => get(self.addr, path),
+            Some(tls) => get_tls(self.addr, path, tls),
+        }
+    }
+
     /// The spans of `trace_id` Phoenix holds.
     fn spans(&self, trace_id: &str) -> Vec<Value> {
         let path = format!("/v1/projects/default/spans?trace_id={trace_id}&limit=1000");
-        match get(self.addr, &path) {
+        match self.get(&path) {
             Some((200, body)) => serde_json::from_str::<Value>(&body)
                 .ok()
                 .and_then(|v| v["data"].as_array().cloned())
@@ -388,6 +446,12 @@ fn export_refuses_what_it_cannot_send_before_serving_anything() {
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "OTEL_EXPORTER_OTLP_PROTOCOL",
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
         ] {
             cmd.env_remove(v);
         }
@@ -408,8 +472,35 @@ fn export_refuses_what_it_cannot_send_before_serving_anything() {
         e.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this exporter speaks OTLP over HTTP with protobuf only"),
         "{e}"
     );
-    let e = refused(Some("https://collector:4318"), &[]);
-    assert!(e.contains("https is not supported"), "{e}");
+    // TLS settings that cannot be used: a client key without its
+    // certificate, a CA file that is not there.
+    let key = dir.path().join("client.key");
+    std::fs::write(&key, "").unwrap();
+    let e = refused(
+        Some("https://collector:4318"),
+        &[("OTEL_EXPORTER_OTLP_CLIENT_KEY", key.to_str().unwrap())],
+    );
+    assert!(
+        e.contains(
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY is set but not OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+        ),
+        "{e}"
+    );
+    let gone = dir.path().join("gone.pem");
+    let e = refused(
+        Some("https://collector:4318"),
+        &[(
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+            gone.to_str().unwrap(),
+        )],
+    );
+    assert!(
+        e.contains(&format!(
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE={}: cannot read the file",
+            gone.display()
+        )),
+        "{e}"
+    );
     let e = refused(None, &[]);
     assert!(e.contains("--otlp needs the collector's URL"), "{e}");
     // Ports that would have sent to port 80, credentials, fragments,
@@ -1365,4 +1456,349 @@ fn gzip_bodies_reach_rotel() {
     assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 2.0);
     signal(&exporter, rustix::process::Signal::TERM);
     assert!(wait_exit(&mut exporter).success());
+}
+
+// ---------------------------------------------------------------------------
+// https: Phoenix over TLS, certificates made by `openssl` for the test.
+
+/// `openssl ARGS` in `dir`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The test's CAs and certificates, PEM files in one directory: `ca`
+/// signed the server's (for `localhost` and 127.0.0.1) and the client's;
+/// `other-ca` signed nothing here.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    /// Made in `dir`, if `openssl` is there.
+    fn make(dir: &Path) -> Option<Pki> {
+        if Command::new("openssl").arg("version").output().is_err() {
+            missing("the openssl command is not installed (Debian: openssl)");
+            return None;
+        }
+        let dir = dir.join("pki");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (key, pem, subj) = (
+                format!("{ca}.key"),
+                format!("{ca}.pem"),
+                format!("/CN=edgemark test {ca}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &pem, "-days", "2", "-subj", &subj]);
+            args.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+            args.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+            openssl(&dir, &args);
+        }
+        for (name, ext) in [
+            (
+                "server",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            ),
+            ("client", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            let (key, csr, pem, cnf, subj) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("{name}.cnf"),
+                format!("/CN=edgemark test {name}"),
+            );
+            std::fs::write(
+                dir.join(&cnf),
+                format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n{ext}"),
+            )
+            .unwrap();
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+            openssl(&dir, &args);
+            openssl(
+                &dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    &pem,
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &cnf,
+                ],
+            );
+        }
+        Some(Pki { dir })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `name`'s path, for a variable.
+    fn var(&self, name: &str) -> String {
+        self.path(name).to_str().unwrap().to_owned()
+    }
+
+    /// A client that trusts `ca` only, offering the client certificate if
+    /// `client`.
+    fn reader(&self, client: bool) -> Arc<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(self.path("ca.pem")).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        // ring, as the exporter's (see otlp/src/config.rs).
+        #[allow(deprecated)]
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let b = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        Arc::new(if client {
+            let chain = CertificateDer::pem_file_iter(self.path("client.pem"))
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_file(self.path("client.key")).unwrap();
+            b.with_client_auth_cert(chain, key).unwrap()
+        } else {
+            b.with_no_client_auth()
+        })
+    }
+}
+
+/// Phoenix serving https with the server certificate of `pki`, asking
+/// for a client certificate signed by its CA if `verify_client`.
+fn start_tls_phoenix(bin: &Path, dir: &Path, pki: &Pki, verify_client: bool) -> Phoenix {
+    let (cert, key, ca) = (
+        pki.path("server.pem"),
+        pki.path("server.key"),
+        pki.path("ca.pem"),
+    );
+    let mut envs: Vec<(&str, &Path)> = vec![
+        ("PHOENIX_TLS_ENABLED_FOR_HTTP", Path::new("true")),
+        ("PHOENIX_TLS_CERT_FILE", &cert),
+        ("PHOENIX_TLS_KEY_FILE", &key),
+    ];
+    if verify_client {
+        envs.push(("PHOENIX_TLS_CA_FILE", &ca));
+        envs.push(("PHOENIX_TLS_VERIFY_CLIENT", Path::new("true")));
+    }
+    start_phoenix_with(
+        bin,
+        dir,
+        "127.0.0.1",
+        &envs,
+        Some(pki.reader(verify_client)),
+    )
+}
+
+/// A region in a directory of its own under `dir`.
+fn region_in(dir: &Path, name: &str) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    region(&d)
+}
+
+/// Checks that the exporter at `metrics`, which logs to `log`, fails its
+/// posts in TLS and goes on: the failure counted, said once with `said`,
+/// the exporter still running, nothing of `trace_id` in Phoenix.
+fn refused_in_tls(
+    exporter: &mut Proc,
+    metrics: SocketAddr,
+    log: &Path,
+    said: &[&str],
+    phoenix: &Phoenix,
+    trace_id: &str,
+) {
+    wait_for("a TLS failure counted in /metrics", || {
+        (metric(metrics, "edgemark_otlp_tls_failures_total") > 0.0).then_some(())
+    });
+    let failures = metric(metrics, "edgemark_otlp_export_failures_total");
+    assert!(failures >= metric(metrics, "edgemark_otlp_tls_failures_total"));
+    assert_eq!(metric(metrics, "edgemark_otlp_collector_up"), 0.0);
+    assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 0.0);
+    let text = wait_for("the TLS failure in the exporter's log", || {
+        let t = std::fs::read_to_string(log).unwrap_or_default();
+        said.iter().all(|s| t.contains(s)).then_some(t)
+    });
+    eprintln!("the exporter's log:\n{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    // Said once, not at each retry.
+    assert_eq!(text.matches("retrying with backoff").count(), 1, "{text}");
+    // It keeps trying: more failures come, and it still serves /metrics.
+    wait_for("another failed try", || {
+        (metric(metrics, "edgemark_otlp_export_failures_total") > failures).then_some(())
+    });
+    assert!(exporter.running(), "the exporter stopped:\n{text}");
+    assert!(phoenix.spans(trace_id).is_empty());
+}
+
+#[test]
+fn https_spans_reach_phoenix_through_the_ca_given() {
+    let Some(bin) = phoenix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = Pki::make(dir.path()) else {
+        return;
+    };
+    let phoenix = start_tls_phoenix(&bin, dir.path(), &pki, false);
+    let region = region(dir.path());
+    // By name: SNI and the certificate's DNS name.
+    let url = format!("https://localhost:{}", phoenix.addr.port());
+    let (_exporter, metrics) = start_exporter(
+        &region,
+        &url,
+        dir.path(),
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.var("ca.pem")),
+        ],
+    );
+    let rec = Recorder::attach(&region).unwrap();
+    let (tp, trace_id, parent) = fresh_traceparent();
+    one_request(&rec, &tp);
+    let spans = phoenix.wait_spans(&trace_id, 2);
+    assert_eq!(spans.len(), 2);
+    let req = named(&spans, "edgemark request");
+    assert_eq!(req.len(), 1);
+    assert_eq!(req[0]["parent_id"], parent.as_str());
+    assert_eq!(named(&spans, "edgemark 0->1").len(), 1);
+    assert!(metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0);
+    assert_eq!(metric(metrics, "edgemark_otlp_tls_failures_total"), 0.0);
+    // Plain http to the same port is not answered as OTLP: the spans came
+    // over TLS.
+    assert!(get(phoenix.addr, "/healthz").is_none_or(|(s, _)| s != 200));
+}
+
+#[test]
+fn mutual_tls_delivers_with_the_client_certificate_and_without_it_fails_counted() {
+    let Some(bin) = phoenix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = Pki::make(dir.path()) else {
+        return;
+    };
+    let phoenix = start_tls_phoenix(&bin, dir.path(), &pki, true);
+    // By address: the certificate's IP address SAN.
+    let url = format!("https://{}", phoenix.addr);
+
+    // With the client's key and certificate (the traces forms).
+    let with = region_in(dir.path(), "with");
+    let (_exporter, metrics) = start_exporter_logging_to(
+        &with,
+        &url,
+        &dir.path().join("with.err"),
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.var("ca.pem")),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+                &pki.var("client.key"),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+                &pki.var("client.pem"),
+            ),
+        ],
+    );
+    let rec = Recorder::attach(&with).unwrap();
+    let (tp, trace_id, _) = fresh_traceparent();
+    one_request(&rec, &tp);
+    let spans = phoenix.wait_spans(&trace_id, 2);
+    assert_eq!(spans.len(), 2);
+    assert_eq!(metric(metrics, "edgemark_otlp_tls_failures_total"), 0.0);
+
+    // Without: Phoenix refuses the connection in TLS.
+    let without = region_in(dir.path(), "without");
+    let log = dir.path().join("without.err");
+    let (mut exporter, metrics) = start_exporter_logging_to(
+        &without,
+        &url,
+        &log,
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.var("ca.pem")),
+        ],
+    );
+    let rec = Recorder::attach(&without).unwrap();
+    let (tp, trace_id, _) = fresh_traceparent();
+    one_request(&rec, &tp);
+    refused_in_tls(
+        &mut exporter,
+        metrics,
+        &log,
+        &[
+            "the collector asked for a client certificate and none is set",
+            "retrying with backoff",
+        ],
+        &phoenix,
+        &trace_id,
+    );
+}
+
+#[test]
+fn a_collector_whose_certificate_is_not_trusted_gets_nothing_and_the_failure_is_counted() {
+    let Some(bin) = phoenix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = Pki::make(dir.path()) else {
+        return;
+    };
+    let phoenix = start_tls_phoenix(&bin, dir.path(), &pki, false);
+    let url = format!("https://{}", phoenix.addr);
+    // Trusting another CA, then the system's roots (the default): neither
+    // signed Phoenix's certificate.
+    for (name, trust) in [
+        ("other-ca", Some(pki.var("other-ca.pem"))),
+        ("system", None),
+    ] {
+        let region = region_in(dir.path(), name);
+        let log = dir.path().join(format!("{name}.err"));
+        let mut envs = vec![("OTEL_BSP_SCHEDULE_DELAY", "100")];
+        if let Some(ca) = &trust {
+            envs.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", ca));
+        }
+        let (mut exporter, metrics) = start_exporter_logging_to(&region, &url, &log, &envs);
+        let rec = Recorder::attach(&region).unwrap();
+        let (tp, trace_id, _) = fresh_traceparent();
+        one_request(&rec, &tp);
+        refused_in_tls(
+            &mut exporter,
+            metrics,
+            &log,
+            &[
+                "the TLS handshake failed: invalid peer certificate: UnknownIssuer",
+                "retrying with backoff",
+            ],
+            &phoenix,
+            &trace_id,
+        );
+    }
 }

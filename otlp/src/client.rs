@@ -1,5 +1,6 @@
-//! The HTTP client: one connection to the collector, made again after any
-//! failure; a post and the sorting of its answer.
+//! The HTTP client: one connection to the collector (over TLS for an
+//! `https://` URL), made again after any failure; a post and the sorting
+//! of its answer.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -76,6 +77,11 @@ pub(crate) enum PostError {
     /// Worth another try: no connection, a timeout, 429, 502, 503, 504;
     /// with the wait the collector asked for (`Retry-After`), if any.
     Retry(String, Option<Duration>),
+    /// The TLS handshake failed (a certificate not trusted, or not for the
+    /// host; a client certificate refused): tried again as a connection
+    /// that failed is, since a certificate can be replaced meanwhile, and
+    /// counted apart.
+    Tls(String),
     /// Not: the collector refused the batch.
     Refused(String),
 }
@@ -84,6 +90,91 @@ pub(crate) enum PostError {
 pub(crate) struct Client {
     pub(crate) config: Arc<Config>,
     pub(crate) sender: Option<http1::SendRequest<Full<Bytes>>>,
+}
+
+/// HTTP/1.1 over `stream`, its connection driven by a task of its own.
+async fn handshake<S>(stream: S) -> Result<http1::SendRequest<Full<Bytes>>, PostError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| PostError::Retry(format!("the connection failed: {e}"), None))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// A failed TLS handshake, said as rustls says it (`invalid peer
+/// certificate: UnknownIssuer`); an I/O error during it (the collector
+/// closed the connection: not a TLS server, or one that refused the
+/// client's certificate without an alert) as that.
+fn tls_error(e: std::io::Error) -> PostError {
+    let why = match tls_cause(&e) {
+        Some(tls) => format!("the TLS handshake failed: {tls}"),
+        None => format!("the TLS handshake failed: {e}"),
+    };
+    PostError::Tls(why)
+}
+
+/// The rustls error behind `e`, if one is: an alert the collector sent
+/// after the handshake (with TLS 1.3 a server refuses the client's
+/// certificate only then, on the first read), or one of its own.
+fn tls_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if let Some(t) = x.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        // An io::Error's source is its inner error's source: the inner
+        // error itself is reached through get_ref.
+        if let Some(t) = x
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(t);
+        }
+        cur = x.source();
+    }
+    None
+}
+
+/// `e` and its causes, `: `-separated (hyper's own message alone says
+/// only `connection error`).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(x) = cur {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        cur = x.source();
+    }
+    s
+}
+
+/// A post that failed after the connection was made: a TLS failure if
+/// rustls is behind it, or if the collector asked for a client
+/// certificate and none was offered (then dropping the connection is
+/// how it refuses); else worth another try.
+fn post_failed(what: &str, e: &hyper::Error, tls: Option<&crate::config::Tls>) -> PostError {
+    if let Some(cause) = tls_cause(e) {
+        return PostError::Tls(format!("{what}: TLS: {cause}"));
+    }
+    let asked = tls
+        .and_then(|t| t.no_client_cert.as_ref())
+        .is_some_and(|n| n.asked());
+    if asked {
+        return PostError::Tls(format!(
+            "{what}: {}; the collector asked for a client certificate and none is set \
+             ({} and {})",
+            chain(e),
+            crate::config::CLIENT_CERTIFICATE_VARS[1],
+            crate::config::CLIENT_KEY_VARS[1]
+        ));
+    }
+    PostError::Retry(format!("{what}: {}", chain(e)), None)
 }
 
 impl Client {
@@ -112,13 +203,19 @@ impl Client {
                 .await
                 .map_err(|e| retry("cannot connect", &e))?;
             let _ = stream.set_nodelay(true);
-            let (sender, conn) = http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| retry("the connection failed", &e))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
+            self.sender = Some(match &self.config.tls {
+                None => handshake(stream).await?,
+                Some(tls) => {
+                    if let Some(n) = &tls.no_client_cert {
+                        n.clear();
+                    }
+                    let stream = tokio_rustls::TlsConnector::from(Arc::clone(&tls.client))
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(tls_error)?;
+                    handshake(stream).await?
+                }
             });
-            self.sender = Some(sender);
         }
         let Some(sender) = self.sender.as_mut() else {
             return Err(PostError::Retry("no connection".to_owned(), None));
@@ -126,7 +223,7 @@ impl Client {
         sender
             .ready()
             .await
-            .map_err(|e| retry("the connection closed", &e))?;
+            .map_err(|e| post_failed("the connection closed", &e, self.config.tls.as_ref()))?;
         let mut req = Request::post(self.config.target.clone())
             .header(HOST, self.config.authority.as_str())
             .header(CONTENT_TYPE, "application/x-protobuf")
@@ -143,7 +240,7 @@ impl Client {
         let resp = sender
             .send_request(req)
             .await
-            .map_err(|e| retry("the post failed", &e))?;
+            .map_err(|e| post_failed("the post failed", &e, self.config.tls.as_ref()))?;
         let status = resp.status();
         let after = resp
             .headers()

@@ -1,6 +1,16 @@
 //! The OTLP exporter of `edgemark export --otlp`: each closed request of the region as
 //! OpenTelemetry spans, sent to a collector over OTLP/HTTP with protobuf.
 //!
+//! `http://` and `https://` endpoints: https through rustls (the `ring`
+//! provider), ALPN `http/1.1`, the collector's certificate always verified
+//! for the URL's host (a name, also sent as SNI, or an IP address in the
+//! certificate's subject alternative names), against the system's roots or
+//! the CA file of `OTEL_EXPORTER_OTLP_CERTIFICATE`; mutual TLS with
+//! `OTEL_EXPORTER_OTLP_CLIENT_KEY` and `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`
+//! (each with its `TRACES_` form, which wins; see [`config`]). A failed
+//! handshake is a failed post, retried, and counted apart as well
+//! ([`Counts::tls_failures`](stats::Counts::tls_failures)).
+//!
 //! A request becomes one span `edgemark request` (the request's own span id,
 //! its parent the context it began under) and, as its children, one span
 //! per edge segment, named for the edge (`edgemark 0->1`), from its first

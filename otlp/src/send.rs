@@ -114,12 +114,15 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                     break Some(None);
                 }
                 Err(e) => {
+                    let tls = matches!(e, PostError::Tls(_));
                     stats.update(|c| {
                         c.up = false;
                         c.failures += 1;
+                        c.tls_failures += u64::from(tls);
                     });
                     let (why, retry, asked) = match e {
                         PostError::Retry(w, after) => (w, true, after),
+                        PostError::Tls(w) => (w, true, None),
                         PostError::Refused(w) => (w, false, None),
                     };
                     if !retry {

@@ -37,6 +37,9 @@ pub struct Counts {
     pub dropped_rejected: u64,
     /// Posts that failed (each try).
     pub failures: u64,
+    /// Posts that failed in the TLS handshake (each try), also counted in
+    /// [`failures`](Counts::failures).
+    pub tls_failures: u64,
     /// Spans waiting in the queue now, with the batch being posted.
     pub queued: u64,
     /// Closed requests adopted: taken by an exporter before this one (that
@@ -109,7 +112,7 @@ impl Encoded {
 impl Collector for Encoded {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> std::fmt::Result {
         let c = &self.counts;
-        let counters: [(&str, &str, u64); 6] = [
+        let counters: [(&str, &str, u64); 7] = [
             (
                 "edgemark_otlp_requests",
                 "Closed requests the OTLP exporter took from the region's ring",
@@ -139,6 +142,12 @@ impl Collector for Encoded {
                 "edgemark_otlp_export_failures",
                 "Posts to the collector that failed (each try)",
                 c.failures,
+            ),
+            (
+                "edgemark_otlp_tls_failures",
+                "Posts to the collector that failed in the TLS handshake (each try; also counted \
+                 in edgemark_otlp_export_failures)",
+                c.tls_failures,
             ),
         ];
         for (name, help, v) in counters {

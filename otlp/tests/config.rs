@@ -81,7 +81,6 @@ fn what_is_refused_is_said() {
         Config::new(flag, env(vars)).unwrap_err().to_string()
     };
     assert!(err(None, &[]).contains("--otlp needs"));
-    assert!(err(Some("https://x:4318"), &[]).contains("https is not supported"));
     assert!(
         err(Some("http://x"), &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).contains(
             "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this exporter speaks OTLP over HTTP with protobuf only"
@@ -176,4 +175,214 @@ fn a_number_that_does_not_parse_is_a_warning_and_the_default() {
     assert_eq!(c.queue(), edgemark_otlp::config::DEFAULT_QUEUE);
     assert_eq!(c.warnings().len(), 2, "{:?}", c.warnings());
     assert!(c.warnings()[0].contains("OTEL_EXPORTER_OTLP_TIMEOUT=soon"));
+}
+
+// ---------------------------------------------------------------------------
+// https: the certificate variables.
+
+/// A test file of `tests/data/`, as a variable would name it.
+fn data(name: &str) -> String {
+    format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn https_takes_port_443_and_the_ca_file_given() {
+    let ca = data("ca.pem");
+    let c = Config::new(
+        Some("https://collector.example"),
+        env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)]),
+    )
+    .unwrap();
+    assert!(c.https());
+    assert_eq!(c.authority(), "collector.example:443");
+    assert_eq!(c.ca_file(), Some(std::path::Path::new(&ca)));
+    assert_eq!(c.client_certificate(), None);
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    // An IP address is a host the certificate can name, v4 or v6.
+    for url in ["https://127.0.0.1:4318", "https://[::1]:4318"] {
+        let c = Config::new(Some(url), env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca)])).unwrap();
+        assert!(c.https(), "{url}");
+    }
+    let plain = Config::new(Some("http://collector"), env(&[])).unwrap();
+    assert!(!plain.https());
+    assert_eq!(plain.authority(), "collector:80");
+}
+
+#[test]
+fn each_traces_certificate_variable_wins_over_the_general_one() {
+    let (ca, key, cert) = (data("ca.pem"), data("client.key"), data("client.pem"));
+    let missing = data("no-such-file.pem");
+    // The traces form is read, the general one not (a missing file there
+    // is never opened).
+    let c = Config::new(
+        Some("https://collector:4318"),
+        env(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", &ca),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing),
+            ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", &key),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &missing),
+            ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", &cert),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &missing),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.ca_file(), Some(std::path::Path::new(&ca)));
+    assert_eq!(c.client_certificate(), Some(std::path::Path::new(&cert)));
+    // And the traces form's missing file is the one said.
+    let e = Config::new(
+        Some("https://collector:4318"),
+        env(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", &missing),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca),
+        ]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with(&format!(
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE={missing}: cannot read the file"
+        )),
+        "{e}"
+    );
+    // Each variable on its own: the general client pair with the traces
+    // CA.
+    let c = Config::new(
+        Some("https://collector:4318"),
+        env(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", &ca),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.client_certificate(), Some(std::path::Path::new(&cert)));
+}
+
+#[test]
+fn a_certificate_file_that_cannot_be_used_is_said_with_its_variable_and_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let text = dir.join("text.pem");
+    std::fs::write(&text, "not a certificate\n").unwrap();
+    let (key, cert) = (data("client.key"), data("client.pem"));
+    let missing = data("no-such-file.pem");
+    let err = |vars: &[(&str, &str)]| {
+        Config::new(Some("https://collector:4318"), env(vars))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing)]);
+    assert!(
+        e.starts_with(&format!(
+            "OTEL_EXPORTER_OTLP_CERTIFICATE={missing}: cannot read the file"
+        )),
+        "{e}"
+    );
+    for holds_none in [&empty, &text] {
+        let p = holds_none.to_str().unwrap();
+        let e = err(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", p)]);
+        assert!(
+            e.starts_with(&format!(
+                "OTEL_EXPORTER_OTLP_CERTIFICATE={p}: the file holds no certificate"
+            )),
+            "{e}"
+        );
+    }
+    // A key file given as the certificate holds no certificate, and a
+    // certificate given as the key no key.
+    let e = err(&[
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &key),
+    ]);
+    assert!(
+        e.starts_with(&format!(
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={key}: the file holds no certificate"
+        )),
+        "{e}"
+    );
+    let e = err(&[
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &cert),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+    ]);
+    assert!(
+        e.starts_with(&format!(
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY={cert}: the file holds no private key"
+        )),
+        "{e}"
+    );
+    let e = err(&[
+        ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", &missing),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+    ]);
+    assert!(
+        e.starts_with(&format!(
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY={missing}: cannot read the file"
+        )),
+        "{e}"
+    );
+    // The CA file is read even where the system's roots would do.
+    let e = err(&[("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", &missing)]);
+    assert!(e.contains(&missing), "{e}");
+}
+
+#[test]
+fn a_client_key_without_its_certificate_or_the_reverse_is_refused() {
+    let (key, cert) = (data("client.key"), data("client.pem"));
+    let err = |vars: &[(&str, &str)]| {
+        Config::new(Some("https://collector:4318"), env(vars))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err(&[("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key)]);
+    assert!(
+        e.starts_with(
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY is set but not OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+        ),
+        "{e}"
+    );
+    let e = err(&[("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", &cert)]);
+    assert!(
+        e.starts_with(
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE is set but not \
+             OTEL_EXPORTER_OTLP_CLIENT_KEY"
+        ),
+        "{e}"
+    );
+    // A key that is not the certificate's (one of the same kind).
+    let e = err(&[
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &data("other.key")),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+    ]);
+    assert!(
+        e.contains("the key and the certificate cannot be used together"),
+        "{e}"
+    );
+}
+
+#[test]
+fn certificate_variables_with_an_http_url_are_warned_about_and_not_read() {
+    let missing = data("no-such-file.pem");
+    let c = Config::new(
+        Some("http://collector:4318"),
+        env(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", &missing),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &missing),
+        ]),
+    )
+    .unwrap();
+    assert!(!c.https());
+    assert_eq!(c.ca_file(), None);
+    let w = c.warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].starts_with("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE is set but")
+            && w[0].contains("http://"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].starts_with("OTEL_EXPORTER_OTLP_CLIENT_KEY is set but"),
+        "{w:?}"
+    );
 }
