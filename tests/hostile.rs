@@ -397,15 +397,21 @@ fn a_file_shrunk_under_a_reader_fails_its_sweeps_instead_of_faulting() {
 fn watch_exits_with_one_line_when_its_region_is_shrunk() {
     let dir = tempfile::tempdir().unwrap();
     let (p, _owner) = region_file(dir.path());
-    let watch = Command::new(common::edgemark_bin())
+    let mut watch = Command::new(common::edgemark_bin())
         .arg("watch")
         .arg(&p)
         .args(["--interval", "0.05", "--count", "400"])
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Shrink the file once watch shows the region (its first refresh),
+    // however slowly it starts; then keep reading what it prints.
+    let mut shown = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut shown, &mut first).unwrap();
+    assert!(!first.is_empty(), "watch printed nothing");
+    let drain = std::thread::spawn(move || std::io::copy(&mut shown, &mut std::io::sink()));
     std::fs::OpenOptions::new()
         .write(true)
         .open(&p)
@@ -413,6 +419,7 @@ fn watch_exits_with_one_line_when_its_region_is_shrunk() {
         .set_len(4096)
         .unwrap();
     let out = watch.wait_with_output().unwrap();
+    drain.join().unwrap().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(

@@ -206,7 +206,9 @@ fn the_export_command_serves_until_its_time_is_up() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("r.region");
     Recorder::builder().edge(0, 1).create(&p).unwrap();
-    let mut server = Exporter::start_for(&p, 2.0);
+    // Long enough for the scrape below on a busy machine; the wait after
+    // it is what the test is about.
+    let mut server = Exporter::start_for(&p, 10.0);
     let (status, body) = http_get(server.addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(sample(&body, "edgemark_free_slots"), 4096.0);

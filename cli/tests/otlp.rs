@@ -369,8 +369,17 @@ fn start_exporter_logging_to(
 
 /// The value of the sample `name` in `/metrics` of `addr`.
 fn metric(addr: SocketAddr, name: &str) -> f64 {
+    value_in(&scrape(addr), name)
+}
+
+/// The exporter's /metrics text now: one reading of every counter.
+fn scrape(addr: SocketAddr) -> String {
     let (status, body) = get(addr, "/metrics").expect("/metrics answers");
     assert_eq!(status, 200);
+    body
+}
+
+fn value_in(body: &str, name: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("{name} in\n{body}"))
@@ -852,7 +861,10 @@ fn phoenix_returns_the_request_span_and_its_edge_spans() {
         Some(3)
     );
     deltas_within_one_domain(edge[0]);
-    assert!(metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0);
+    // The collector answers before the exporter counts its answer.
+    wait_for("the 2 spans counted as exported", || {
+        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -1453,6 +1465,10 @@ fn gzip_bodies_reach_rotel() {
         rotel.log().contains(&trace).then_some(())
     });
     assert_eq!(metric(metrics, "edgemark_otlp_export_failures_total"), 0.0);
+    // The collector answers before the exporter counts its answer.
+    wait_for("the 2 spans counted as exported", || {
+        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
+    });
     assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 2.0);
     signal(&exporter, rustix::process::Signal::TERM);
     assert!(wait_exit(&mut exporter).success());
@@ -1643,8 +1659,11 @@ fn refused_in_tls(
     wait_for("a TLS failure counted in /metrics", || {
         (metric(metrics, "edgemark_otlp_tls_failures_total") > 0.0).then_some(())
     });
-    let failures = metric(metrics, "edgemark_otlp_export_failures_total");
-    assert!(failures >= metric(metrics, "edgemark_otlp_tls_failures_total"));
+    // One scrape: the exporter keeps retrying, and counts each failure in
+    // both counters at once.
+    let body = scrape(metrics);
+    let failures = value_in(&body, "edgemark_otlp_export_failures_total");
+    assert!(failures >= value_in(&body, "edgemark_otlp_tls_failures_total"));
     assert_eq!(metric(metrics, "edgemark_otlp_collector_up"), 0.0);
     assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 0.0);
     let text = wait_for("the TLS failure in the exporter's log", || {
@@ -1692,7 +1711,10 @@ fn https_spans_reach_phoenix_through_the_ca_given() {
     assert_eq!(req.len(), 1);
     assert_eq!(req[0]["parent_id"], parent.as_str());
     assert_eq!(named(&spans, "edgemark 0->1").len(), 1);
-    assert!(metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0);
+    // The collector answers before the exporter counts its answer.
+    wait_for("the 2 spans counted as exported", || {
+        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
+    });
     assert_eq!(metric(metrics, "edgemark_otlp_tls_failures_total"), 0.0);
     // Plain http to the same port is not answered as OTLP: the spans came
     // over TLS.

@@ -183,7 +183,8 @@ def race_value(process: int, request: int) -> float:
 def race(handles, process: int, go, results) -> None:
     """Records the producer event of every handle once, all processes
     released together; reports which writes won."""
-    go.wait(30)
+    # Generous: four spawned interpreters start on a busy machine.
+    go.wait(300)
     won = [
         h.record(
             StreamEdgeEvent.PRODUCER_EMIT,

@@ -18,7 +18,8 @@ line with one JSON line:
 - ``{"op": "register", "rid": R}``: the scheduler registers R for chunks
   (``load_async``);
 - ``{"op": "wait", "rid": R}``: waits until the receive thread admitted a
-  chunk of R (or 30 s);
+  chunk of R (or 30 s), and with ``"accepted": true`` until the plugin
+  recorded this stage's accept of R;
 - ``{"op": "free", "rid": R}``: the scheduler frees R;
 - ``{"op": "exit"}``.
 """
@@ -148,10 +149,17 @@ def serve(stage_id: int, connector: dict) -> None:
                 time.sleep(0.005)
             got = rid in adapter._finished_load_reqs
             # The chunk is admitted inside `_commit_received_chunk`; the
-            # receive thread records its accept when that call returns. A
-            # scheduler takes the request a model step later: so does this
-            # stage, so that the output routed next follows the accept.
-            time.sleep(0.05)
+            # receive thread records its accept when that call returns.
+            if cmd.get("accepted"):
+                # Wait for the stamp itself, so that the output routed next
+                # follows it however long that thread waits.
+                from _vllm_omni_stage import wait_accept_recorded
+
+                wait_accept_recorded(rid, stage_id, deadline)
+            else:
+                # A scheduler takes the request a model step later: so does
+                # this stage.
+                time.sleep(0.05)
             adapter._finished_load_reqs.discard(rid)
             reply = {"admitted": got, "chunks": adapter.get_req_chunk.get(rid, 0)}
         elif op == "free":

@@ -279,7 +279,7 @@ def scenario_main() -> dict:
         server.begin("req-A")
         consumer(op="register", rid="req-A")
         producer(op="send", rid="req-A", kind="data")
-        consumer(op="wait", rid="req-A", chunks=1)
+        consumer(op="wait", rid="req-A", chunks=1, accepted=True)
         server.route(1, "req-A", [7])
         result["A_response"] = server.respond(1, "req-A", [7])
         result["A_first"] = server.snapshot("req-A")
@@ -318,7 +318,7 @@ def scenario_main() -> dict:
         server.begin("req-A")
         consumer(op="register", rid="req-A")
         producer(op="send", rid="req-A", kind="data")
-        consumer(op="wait", rid="req-A", chunks=1)
+        consumer(op="wait", rid="req-A", chunks=1, accepted=True)
         server.route(1, "req-A", [9])
         result["A2"] = server.cleanup("req-A")
 
@@ -331,7 +331,7 @@ def scenario_main() -> dict:
         server.begin("req-F")
         full_consumer(op="register", rid="req-F")
         result["F_sent"] = full_producer(op="send_full", rid="req-F", kind="data")["ok"]
-        full_consumer(op="wait", rid="req-F", chunks=1)
+        full_consumer(op="wait", rid="req-F", chunks=1, accepted=True)
         server.route(2, "req-F", [5])
         result["F"] = server.cleanup("req-F")
 
@@ -364,7 +364,7 @@ def scenario_adapter() -> dict:
         server.begin("req-A")
         consumer(op="register", rid="req-A")
         result["A_puts"] = producer(op="save", rid="req-A", kind="data")["puts"]
-        result["A_admitted"] = consumer(op="wait", rid="req-A")["admitted"]
+        result["A_admitted"] = consumer(op="wait", rid="req-A", accepted=True)["admitted"]
         server.route(1, "req-A", [7])
         result["A_first"] = server.snapshot("req-A")
         consumer(op="register", rid="req-A")
@@ -388,7 +388,7 @@ def scenario_adapter() -> dict:
         server.begin("req-A")
         consumer(op="register", rid="req-A")
         producer(op="save", rid="req-A", kind="data")
-        consumer(op="wait", rid="req-A")
+        consumer(op="wait", rid="req-A", accepted=True)
         server.route(1, "req-A", [9])
         result["A2"] = server.cleanup("req-A")
         result["open_after"] = len(owner_of_this_process().region.open_requests())
@@ -558,7 +558,7 @@ def scenario_kill() -> dict:
         state = server.begin("req-K")
         consumer(op="register", rid="req-K")
         producer(op="send", rid="req-K", kind="data")
-        consumer(op="wait", rid="req-K", chunks=1)
+        consumer(op="wait", rid="req-K", chunks=1, accepted=True)
         os.kill(producer.proc.pid, signal.SIGKILL)
         producer.proc.wait(timeout=60)
         before = server.snapshot("req-K")

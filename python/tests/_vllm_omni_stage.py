@@ -19,7 +19,8 @@ JSON line on stdout:
   finished output to ``send_full_payload_outputs`` and waits as for ``send``;
 - ``{"op": "register", "rid": R}``: the consumer registers R for receiving;
 - ``{"op": "wait", "rid": R, "chunks": N}``: waits until the consumer's
-  receive thread has taken N payloads of R off the connector;
+  receive thread has taken N payloads of R off the connector, and with
+  ``"accepted": true`` until the plugin recorded this stage's accept of R;
 - ``{"op": "free", "rid": R}``: the runner frees R, as vLLM-Omni's model
   runner does when a request finishes (``cleanup_finished_request``);
 - ``{"op": "exit"}``.
@@ -56,6 +57,20 @@ def wait_sent(runner, rid: str) -> None:
         with runner._lock:
             if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
                 return
+        time.sleep(0.005)
+
+
+def wait_accept_recorded(rid: str, stage_id: int, deadline: float) -> None:
+    """Waits until this stage's plugin recorded (or gave up recording) its
+    accept of ``rid`` on the edge into it, or until ``deadline``."""
+    from edgemark.vllm_omni import instrumentor
+    from edgemark.vllm_omni._recording import ACCEPT
+
+    rec = instrumentor.recording
+    if rec is None:
+        return
+    key = (stage_id - 1, stage_id, ACCEPT)
+    while time.monotonic() < deadline and not rec.is_done(rid, key):
         time.sleep(0.005)
 
 
@@ -105,8 +120,14 @@ def main() -> None:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and runner._get_req_chunk.get(rid, 0) < cmd["chunks"]:
                 time.sleep(0.005)
-            # The receive thread admits after it counts: let it finish.
-            time.sleep(0.05)
+            if cmd.get("accepted"):
+                # The receive thread counts, admits, then the plugin stamps
+                # the accept: wait for the stamp itself, so that the output
+                # routed next follows it however long that thread waits.
+                wait_accept_recorded(rid, stage_id, deadline)
+            else:
+                # Nothing to be stamped: let the receive thread finish.
+                time.sleep(0.05)
             reply = {"chunks": runner._get_req_chunk.get(rid, 0)}
         elif op == "free":
             # The model runner frees a finished request.

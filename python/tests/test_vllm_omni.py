@@ -46,7 +46,9 @@ def run(scenario: str, enabled: bool = True, wrap=(), **extra_env) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        # Six processes each import vLLM (15 CPU-seconds apiece): on a
+        # loaded two-core machine the main scenario alone nears 600 s.
+        timeout=1800,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, f"scenario {scenario} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -70,8 +72,9 @@ def assert_causal_order(emit, send, accept, output) -> None:
     producer stamps its send when its put returns, the consumer its accept
     when its admission returns, and the consumer can admit the chunk while
     the producer's thread is still on its way out of the put (docs/
-    limitations.md). Each follows the emit, and precedes the output routed
-    after both stages replied."""
+    limitations.md). Each follows the emit, and precedes the output: the
+    stages reply only after the send's thread is done with it and after the
+    accept is recorded (``"accepted": true`` in their ``wait``)."""
     assert None not in (emit, send, accept, output)
     assert emit <= send <= output
     assert emit <= accept <= output
