@@ -379,6 +379,14 @@ fn scrape(addr: SocketAddr) -> String {
     body
 }
 
+/// Waits until the exporter at `metrics` counts `spans` exported: the
+/// collector answers before the exporter counts its answer.
+fn wait_exported(metrics: SocketAddr, spans: f64) {
+    wait_for("the spans counted as exported", || {
+        (metric(metrics, "edgemark_otlp_exported_spans_total") >= spans).then_some(())
+    });
+}
+
 fn value_in(body: &str, name: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -604,9 +612,7 @@ fn spans_reach_rotel_with_their_trace_names_events_and_attributes() {
     ] {
         assert!(log.contains(attr), "{attr} in {log}");
     }
-    wait_for("the exported spans counted", || {
-        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
-    });
+    wait_exported(metrics, 2.0);
     assert_eq!(metric(metrics, "edgemark_otlp_ring_lost_total"), 0.0);
 }
 
@@ -861,10 +867,7 @@ fn phoenix_returns_the_request_span_and_its_edge_spans() {
         Some(3)
     );
     deltas_within_one_domain(edge[0]);
-    // The collector answers before the exporter counts its answer.
-    wait_for("the 2 spans counted as exported", || {
-        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
-    });
+    wait_exported(metrics, 2.0);
 }
 
 // ---------------------------------------------------------------------------
@@ -1465,10 +1468,7 @@ fn gzip_bodies_reach_rotel() {
         rotel.log().contains(&trace).then_some(())
     });
     assert_eq!(metric(metrics, "edgemark_otlp_export_failures_total"), 0.0);
-    // The collector answers before the exporter counts its answer.
-    wait_for("the 2 spans counted as exported", || {
-        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
-    });
+    wait_exported(metrics, 2.0);
     assert_eq!(metric(metrics, "edgemark_otlp_exported_spans_total"), 2.0);
     signal(&exporter, rustix::process::Signal::TERM);
     assert!(wait_exit(&mut exporter).success());
@@ -1711,10 +1711,7 @@ fn https_spans_reach_phoenix_through_the_ca_given() {
     assert_eq!(req.len(), 1);
     assert_eq!(req[0]["parent_id"], parent.as_str());
     assert_eq!(named(&spans, "edgemark 0->1").len(), 1);
-    // The collector answers before the exporter counts its answer.
-    wait_for("the 2 spans counted as exported", || {
-        (metric(metrics, "edgemark_otlp_exported_spans_total") >= 2.0).then_some(())
-    });
+    wait_exported(metrics, 2.0);
     assert_eq!(metric(metrics, "edgemark_otlp_tls_failures_total"), 0.0);
     // Plain http to the same port is not answered as OTLP: the spans came
     // over TLS.

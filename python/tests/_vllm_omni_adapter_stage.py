@@ -34,6 +34,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _vllm_omni_stage import wait_accept_recorded  # noqa: E402
+
 
 def processor(transfer_manager, multimodal_output, request, is_finished, **_):
     """The stage's payload builder (``custom_process_next_stage_input_func``):
@@ -153,8 +155,6 @@ def serve(stage_id: int, connector: dict) -> None:
             if cmd.get("accepted"):
                 # Wait for the stamp itself, so that the output routed next
                 # follows it however long that thread waits.
-                from _vllm_omni_stage import wait_accept_recorded
-
                 wait_accept_recorded(rid, stage_id, deadline)
             else:
                 # A scheduler takes the request a model step later: so does
