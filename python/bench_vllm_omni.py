@@ -232,10 +232,10 @@ class PassThrough:
 
     def __init__(self) -> None:
         from edgemark.vllm_omni import adapter, runner
-        from edgemark.vllm_omni._instrumentor import MissingError, resolve
+        from edgemark._instrument import MissingError, resolve
 
         self.sites = []
-        for target in adapter.TARGETS + adapter.OPTIONAL + runner.TARGETS:
+        for target in adapter.TARGETS + runner.TARGETS:
             try:
                 owner, func = resolve(target)
             except MissingError:

@@ -120,11 +120,17 @@ def free(request) -> None:
 
 
 def serve(stage_id: int, connector: dict) -> None:
+    import multiprocessing
+
     from vllm.v1.request import RequestStatus
 
-    from vllm_omni.plugins import load_omni_general_plugins
+    # Plugins load as in a stage's engine core, which vLLM-Omni starts under
+    # this name and where only vLLM's group is loaded (EngineCore.__init__):
+    # the plugin patches the call sites of that role only.
+    multiprocessing.current_process().name = f"StageEngineCoreProc_stage{stage_id}_replica0"
+    from vllm.plugins import load_general_plugins
 
-    load_omni_general_plugins()
+    load_general_plugins()
     from edgemark import vllm_omni
 
     adapter = make_adapter(stage_id, connector)

@@ -406,10 +406,22 @@ def run_consumer(host: str, sender_host: str, sender_port: int) -> None:
 
 
 def main() -> None:
-    from vllm_omni.plugins import load_omni_general_plugins
+    import multiprocessing
 
-    load_omni_general_plugins()
     role = sys.argv[1]
+    if role == "api":
+        # The API server loads vLLM-Omni's plugin group (and vLLM's with it).
+        from vllm_omni.plugins import load_omni_general_plugins
+
+        load_omni_general_plugins()
+    else:
+        # A stage's engine core: vLLM-Omni's name for it, and only vLLM's
+        # group, as EngineCore.__init__ loads it.
+        stage = 0 if role == "producer" else 1
+        multiprocessing.current_process().name = f"StageEngineCoreProc_stage{stage}_replica0"
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()
     if role == "api":
         run_api()
     elif role == "producer":

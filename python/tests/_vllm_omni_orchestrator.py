@@ -193,7 +193,7 @@ def owner_of_this_process():
 def every_target():
     from edgemark import vllm_omni
 
-    return vllm_omni.instrumentor.targets() + vllm_omni.instrumentor.optional_targets()
+    return vllm_omni.instrumentor.targets()
 
 
 def current(t):
@@ -610,9 +610,9 @@ def _refused(change) -> dict:
 
 def scenario_version() -> dict:
     def change(plugin):
-        from edgemark.vllm_omni import _instrumentor
+        from edgemark import _instrument
 
-        _instrumentor.installed_version = lambda: "0.33.0"
+        _instrument.installed_version = lambda distribution: "0.33.0"
 
     return _refused(change)
 

@@ -77,9 +77,15 @@ def wait_accept_recorded(rid: str, stage_id: int, deadline: float) -> None:
 def main() -> None:
     stage_id, worker_type = int(sys.argv[1]), sys.argv[2]
     full = sys.argv[3:] == ["full"]
+    import multiprocessing
+
     from vllm_omni.plugins import load_omni_general_plugins
     from vllm_omni.worker.omni_connector_model_runner_mixin import OmniConnectorModelRunnerMixin
 
+    # Plugins load as in a model worker, which vLLM starts under this name
+    # and where vLLM-Omni's worker mixin loads both plugin groups: the
+    # plugin patches the model runner's call sites only.
+    multiprocessing.current_process().name = f"VllmWorker-{stage_id}"
     load_omni_general_plugins()
 
     class Runner(OmniConnectorModelRunnerMixin):

@@ -50,8 +50,8 @@ def test_without_vllm_omni_one_warning_and_nothing_patched(tmp_path):
     code = (
         "import logging, sys\n"
         "from edgemark import vllm_omni\n"
-        "from edgemark.vllm_omni import _instrumentor\n"
-        "_instrumentor.installed_version = lambda: None\n"
+        "from edgemark import _instrument\n"
+        "_instrument.installed_version = lambda distribution: None\n"
         "logging.basicConfig(stream=sys.stdout, format='%(levelname)s %(message)s')\n"
         "print(vllm_omni.instrument(), vllm_omni.instrument(), vllm_omni.is_instrumented())\n"
     )

@@ -1,10 +1,12 @@
 """Records vLLM-Omni's stream-edge events into an edgemark region, with no
 change to vLLM-Omni's code.
 
-Install ``edgemark[vllm-omni]`` and set ``EDGEMARK_VLLM_OMNI=1``: vLLM-Omni
-loads this package's ``register`` in every one of its processes (its
-``vllm_omni.general_plugins`` entry point group), and ``register`` wraps the
-call sites of both stage transports:
+Install ``edgemark[vllm-omni]`` and set ``EDGEMARK_VLLM_OMNI=1``: vLLM and
+vLLM-Omni load this package's ``register`` in every one of their processes
+(the entry point is in both plugin groups, ``vllm.general_plugins`` and
+``vllm_omni.general_plugins``: a stage's engine core loads only vLLM's),
+and ``register`` wraps the call sites that run in that process, of both
+stage transports and of the API server:
 
 - ``adapter``: the async-chunk transfer adapter, which the scheduler builds
   under the default model runner with ``async_chunk: true`` (most deploy
@@ -32,9 +34,11 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from ._instrumentor import VllmOmniInstrumentor
-from ._recording import ENV_ENABLE, ENV_REGION, ENV_SLOTS, log
-from .__main__ import clean
+from .. import _instrument
+from .._instrument import Instrumentor
+from . import adapter, orchestrator, package, runner
+from ._clean import clean
+from ._recording import ENV_ENABLE, ENV_REGION, ENV_SLOTS, Recording, log
 from .package import SUPPORTED
 
 __all__ = [
@@ -42,7 +46,6 @@ __all__ = [
     "ENV_REGION",
     "ENV_SLOTS",
     "SUPPORTED",
-    "VllmOmniInstrumentor",
     "clean",
     "close_request",
     "instrument",
@@ -55,23 +58,50 @@ __all__ = [
 ]
 
 #: This process's instrumentor: what ``register`` and ``instrument`` use.
-instrumentor = VllmOmniInstrumentor()
+instrumentor: Instrumentor[Recording] = Instrumentor(
+    distribution="vllm-omni",
+    supported=SUPPORTED,
+    targets={"api": orchestrator.TARGETS, "scheduler": adapter.TARGETS, "runner": runner.TARGETS},
+    make_recording=Recording,
+    log=log,
+    announce=lambda roles, rec: log.info(
+        "edgemark: recording vLLM-Omni stream-edge events (vllm-omni %s) in %s, pid %d: %s call sites patched; "
+        "region %s",
+        _instrument.installed_version("vllm-omni"),
+        _instrument.process_name(),
+        os.getpid(),
+        ", ".join(package.ROLE_NAMES[r] for r in roles),
+        rec.path,
+    ),
+)
 
 
 def register() -> None:
-    """The ``vllm_omni.general_plugins`` entry point: ``instrument()`` when
-    ``EDGEMARK_VLLM_OMNI=1``, else nothing. Never raises."""
+    """The entry point vLLM and vLLM-Omni load in each of their processes
+    (``vllm.general_plugins``: the API server, each engine core, each model
+    worker; ``vllm_omni.general_plugins``: the API server, model workers,
+    diffusion processes): ``instrument()`` when ``EDGEMARK_VLLM_OMNI=1``,
+    else nothing. Says once per process, on vLLM's logger, what it patched
+    and where it records, or why it records nothing. Never raises."""
     try:
-        if os.environ.get(ENV_ENABLE) == "1":
-            instrument()
+        value = os.environ.get(ENV_ENABLE)
+        if not value:
+            return
+        _instrument.follow_vllm_logging()
+        if value != "1":
+            instrumentor.refuse("edgemark: %s=%r is not 1: stream-edge events are not recorded", ENV_ENABLE, value)
+            return
+        instrument()
     except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM-Omni
         log.warning("edgemark: the vLLM-Omni plugin did not load: %s", e)
 
 
 def instrument() -> bool:
-    """Wraps vLLM-Omni's call sites in this process. Idempotent: a second
-    call does nothing. Returns whether the call sites are patched."""
-    return instrumentor.instrument()
+    """Wraps the vLLM-Omni call sites that run in this process (its roles:
+    ``package.ROLES_BY_PROCESS``). Idempotent: a later call does nothing.
+    Returns whether they are patched; the call that patches says so in one
+    INFO line."""
+    return instrumentor.instrument(_instrument.process_roles(package.ROLES_BY_PROCESS, ("api", "scheduler", "runner")))
 
 
 def uninstrument() -> None:

@@ -3,6 +3,7 @@ output carries content, stage numbers, request IDs, trace headers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Optional
 
 
@@ -43,18 +44,52 @@ def mixin_payload_meaningful(host: Any, payload: Any) -> bool:
     return payload is not None
 
 
+#: Keys of a multimodal output that hold metadata, even as tensors (a
+#: sample rate, the finish flag), as vLLM-Omni's own output code names them.
+_METADATA_KEYS = frozenset({"sr", "sample_rate", "audio_sample_rate"})
+
+
+def _is_metadata_key(key: str) -> bool:
+    return key in _METADATA_KEYS or key == "meta" or key.startswith("meta.")
+
+
+def multimodal_has_content(value: Any) -> bool:
+    """Whether a multimodal output carries content: a tensor with
+    elements, an image, a non-empty sequence or text, found in a
+    ``MultimodalPayload`` (its ``tensors``; its ``metadata`` is not
+    content) or a mapping. Numbers, and the values of metadata keys (a
+    sample rate, even as a tensor), are not content."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return False
+    tensors = getattr(value, "tensors", None)
+    if isinstance(tensors, Mapping):
+        # vLLM-Omni's MultimodalPayload (0.31 and later).
+        value = tensors
+    if isinstance(value, Mapping):
+        return any(
+            multimodal_has_content(v) for k, v in value.items() if not (isinstance(k, str) and _is_metadata_key(k))
+        )
+    if isinstance(value, (list, tuple)):
+        return any(multimodal_has_content(v) for v in value)
+    return has_content(value)
+
+
 def output_has_content(output: Any) -> bool:
-    """A stage output with tokens, text or multimodal content."""
-    mm = getattr(output, "multimodal_output", None)
-    if isinstance(mm, dict):
-        if any(has_content(v) for v in mm.values()):
-            return True
-    elif has_content(mm):
+    """A stage output with content, wherever the release puts it: the
+    request output's own ``multimodal_output``, each completion's
+    ``multimodal_output`` (where code2wav's audio is, as a
+    ``MultimodalPayload``), its token IDs or text, a diffusion stage's
+    ``images`` or ``latents``."""
+    if multimodal_has_content(getattr(output, "multimodal_output", None)):
         return True
     for completion in getattr(output, "outputs", None) or ():
-        if has_content(getattr(completion, "token_ids", None)) or has_content(getattr(completion, "text", None)):
+        if (
+            has_content(getattr(completion, "token_ids", None))
+            or has_content(getattr(completion, "text", None))
+            or multimodal_has_content(getattr(completion, "multimodal_output", None))
+        ):
             return True
-    return False
+    return has_content(getattr(output, "images", None)) or has_content(getattr(output, "latents", None))
 
 
 def stage(value: Any) -> Optional[int]:

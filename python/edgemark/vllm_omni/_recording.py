@@ -232,7 +232,7 @@ class Recording:
     """Everything this process records with: one per process, made by the
     instrumentor, handed to every wrapper."""
 
-    def __init__(self) -> None:
+    def __init__(self, uninstrument: Callable[[], None] = lambda: None) -> None:
         self.once = Once()
         self.path, self.user_named = region_path()
         self.owner: Optional[Owner] = None
@@ -246,7 +246,7 @@ class Recording:
         self.lock = threading.Lock()
         #: Puts every call site back (the instrumentor's): when this host's
         #: region cannot be made, nothing stays patched.
-        self.uninstrument: Callable[[], None] = lambda: None
+        self.uninstrument = uninstrument
         #: This process could not create its region as the API server.
         self.failed = False
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._instrumentor import Target
+from .._instrument import Target
 from ._payload import chunk_has_content, has_content, stage, traceparent_of
 from ._recording import ACCEPT, EMIT, SEND, Recording
 
@@ -213,13 +213,10 @@ TARGETS = (
            ("self", "multimodal_output", "request", "is_segment_finished", "new_token_ids"), wrap_save_async),
     Target(_ADAPTER, _CLS, "_send_single_request_for_generation", ("self", "task", "sender_token"), wrap_send),
     Target(_ADAPTER, _CLS, "_commit_received_chunk", ("self", "request", "result"), wrap_commit),
+    # Of 0.32 only: wrapped where it exists.
+    Target(_ADAPTER, _CLS, "save_async_batch", ("self", "entries"), wrap_save_async_batch, optional=True),
     Target("vllm_omni.core.sched.omni_ar_scheduler", "OmniARScheduler", "_free_request",
            ("self", "request"), wrap_free),
     Target("vllm_omni.core.sched.omni_generation_scheduler", "OmniGenerationScheduler", "_free_request",
            ("self", "request"), wrap_free),
-)  # fmt: skip
-
-#: Call sites of some releases only: wrapped where they exist.
-OPTIONAL = (
-    Target(_ADAPTER, _CLS, "save_async_batch", ("self", "entries"), wrap_save_async_batch),
 )  # fmt: skip

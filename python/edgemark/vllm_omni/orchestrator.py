@@ -32,7 +32,7 @@ import os
 import weakref
 from typing import Any, Callable, Dict, Optional
 
-from ._instrumentor import Target
+from .._instrument import Target
 from ._payload import output_has_content, stage, traceparent_in, traceparent_of
 from ._recording import EMIT, OUTPUT, SEND, STAGES, Recording, slots_for
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
-from ._instrumentor import Target
+from .._instrument import Target
 from ._payload import has_content, mixin_payload_meaningful, put_key_request, stage
 from ._recording import ACCEPT, EMIT, SEND, Recording
 
