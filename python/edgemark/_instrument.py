@@ -245,13 +245,15 @@ class Instrumentor(Generic[R]):
 def follow_vllm_logging() -> None:
     """Sends edgemark's log lines where vLLM sends its own, under vLLM's
     format and level, as vLLM-Omni does for its ``vllm_omni`` logger: the
-    ``edgemark`` logger becomes a child of ``vllm``'s. Only inside a process
-    that configured vLLM's logging, and only when nobody gave the
-    ``edgemark`` loggers handlers of their own (a logging configuration
-    that names them is left as it is)."""
+    ``edgemark`` logger becomes a child of ``vllm``'s. Called only inside a
+    vLLM process (by an entry point vLLM loads), and only while nobody gave
+    the ``edgemark`` loggers handlers of their own (a logging configuration
+    that names them is left as it is). Where vLLM's logging is not set up
+    (``VLLM_CONFIGURE_LOGGING=0``), lines pass through ``vllm`` to the root
+    logger as before."""
     vllm = logging.getLogger("vllm")
     ours = logging.getLogger("edgemark")
-    if not vllm.handlers or ours.handlers or ours.parent is vllm:
+    if ours.parent is vllm or ours.handlers:
         return
     if any(
         isinstance(lg, logging.Logger) and lg.handlers

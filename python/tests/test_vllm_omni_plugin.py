@@ -5,6 +5,7 @@ left."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -122,6 +123,58 @@ def test_clean_survives_any_name_and_says_each_removal(tmp_path):
         [os.fsdecode(b"edgemark-vllm-omni-\xff.region"), "edgemark-vllm-omni-12.region.bak", "edgemark-vllm-omni-.region"]
     )
     assert [line.split("/")[-1] for line in out.splitlines()] == sorted(names)
+
+
+def test_clean_says_only_what_it_removed(tmp_path):
+    # `python -m` of the package runs its __main__ once: no RuntimeWarning
+    # about a module already imported.
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "edgemark.vllm_omni", "clean", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr
+
+
+def _region_made_by_a_process_that_ended(path) -> None:
+    code = f"import edgemark; edgemark.Region.create({str(path)!r}, edges=[(0, 1)], slots=4)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_clean_removes_a_named_region_and_its_lookup_once_its_creator_is_gone(tmp_path, monkeypatch):
+    named = tmp_path / "named" / "mine.region"
+    named.parent.mkdir()
+    _region_made_by_a_process_that_ended(named)
+    (tmp_path / "named" / "mine.requests").mkdir()
+    (tmp_path / "named" / "mine.requests" / "entry").write_text("x")
+    # Named by the variable, as the server was started.
+    monkeypatch.setenv(vllm_omni.ENV_REGION, str(named))
+    out = clean(tmp_path)
+    assert os.listdir(named.parent) == []
+    assert out.splitlines() == [f"removed {named}", f"removed {tmp_path / 'named' / 'mine.requests'}"]
+
+
+def test_clean_keeps_a_named_region_whose_creator_runs_or_that_is_no_region(tmp_path):
+    live = tmp_path / "live.region"
+    region = edgemark.Region.create(str(live), edges=[(0, 1)], slots=4)
+    assert vllm_omni.clean(str(tmp_path), named=str(live)) == [] and live.exists()
+    del region
+    other = tmp_path / "other.region"
+    other.write_text("not a region")
+    assert vllm_omni.clean(str(tmp_path), named=str(other)) == [] and other.exists()
+    assert vllm_omni.clean(str(tmp_path), named=str(tmp_path / "absent.region")) == []
+
+
+def test_clean_takes_the_named_region_as_an_option(tmp_path):
+    named = tmp_path / "opt.region"
+    _region_made_by_a_process_that_ended(named)
+    out = subprocess.run(
+        [sys.executable, "-m", "edgemark.vllm_omni", "clean", "--dir", str(tmp_path), "--region", str(named)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out == f"removed {named}\n" and not named.exists()
 
 
 def test_clean_never_follows_a_symlink_nor_removes_another_users_file(tmp_path):
@@ -274,6 +327,54 @@ def test_a_server_with_an_untrusted_lookup_still_records_its_own_events(tmp_path
     assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1
     rec.record("req-1", 0, 1, _recording.OUTPUT, lambda: True)
     assert rec.close("req-1")["0->1:0"]["consumer_first_nonempty_output_ms"] is not None
+
+
+def test_with_requests_logged_each_close_says_its_id_trace_and_snapshot(region_env, caplog, monkeypatch):
+    monkeypatch.setenv(vllm_omni.ENV_LOG_REQUESTS, "1")
+    rec = Recording()
+    token = rec.begin("req-logged")
+    trace_id = rec.owner.region.traceparent(token).split("-")[1]
+    rec.record("req-logged", 0, 1, _recording.EMIT, lambda: True, 3)
+    with caplog.at_level(logging.INFO, logger="edgemark.vllm_omni"):
+        final = rec.close("req-logged")
+        assert rec.close("req-logged") == {}
+    (line,) = [r.getMessage() for r in caplog.records if "closed" in r.getMessage()]
+    head, snapshot = line.split(": stream_edge_metrics ")
+    assert head == f"edgemark: request req-logged closed, trace {trace_id}"
+    assert json.loads(snapshot) == final and final["0->1:0"]["first_chunk_seq"] == 3
+
+
+def test_without_the_variable_closes_say_nothing(region_env, caplog, monkeypatch):
+    monkeypatch.delenv(vllm_omni.ENV_LOG_REQUESTS, raising=False)
+    rec = Recording()
+    rec.begin("req-quiet")
+    with caplog.at_level(logging.DEBUG, logger="edgemark.vllm_omni"):
+        rec.close("req-quiet")
+    assert caplog.records == []
+
+
+def test_a_payload_is_content_only_for_what_it_carries():
+    from edgemark.vllm_omni._payload import multimodal_has_content, output_has_content
+
+    class Payload:
+        # The shape of vLLM-Omni's MultimodalPayload: tensors and metadata.
+        def __init__(self, tensors, metadata=None):
+            self.tensors, self.metadata = tensors, metadata or {}
+
+    def completion(**kw):
+        return SimpleNamespace(**{"token_ids": [], "text": "", **kw})
+
+    assert output_has_content(SimpleNamespace(multimodal_output={}, outputs=[completion(multimodal_output=Payload({"audio": [0.1]}))]))
+    assert not output_has_content(
+        SimpleNamespace(multimodal_output={}, outputs=[completion(multimodal_output=Payload({"sr": [24000]}, {"sr": 24000}))])
+    )
+    assert not output_has_content(SimpleNamespace(multimodal_output={"sr": 24000, "meta.finished": [1]}, outputs=[]))
+    assert output_has_content(SimpleNamespace(images=["an image"], outputs=[]))
+    assert not output_has_content(SimpleNamespace(images=[], outputs=[completion()]))
+    assert output_has_content(SimpleNamespace(outputs=[completion(token_ids=[7])]))
+    assert not multimodal_has_content(Payload({"audio": []}))
+    assert multimodal_has_content({"audio": [[], [0.5]]})
+    assert not multimodal_has_content(24000)
 
 
 # -- the stage side ----------------------------------------------------------

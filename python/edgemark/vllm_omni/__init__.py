@@ -38,11 +38,12 @@ from .. import _instrument
 from .._instrument import Instrumentor
 from . import adapter, orchestrator, package, runner
 from ._clean import clean
-from ._recording import ENV_ENABLE, ENV_REGION, ENV_SLOTS, Recording, log
+from ._recording import ENV_ENABLE, ENV_LOG_REQUESTS, ENV_REGION, ENV_SLOTS, Recording, log
 from .package import SUPPORTED
 
 __all__ = [
     "ENV_ENABLE",
+    "ENV_LOG_REQUESTS",
     "ENV_REGION",
     "ENV_SLOTS",
     "SUPPORTED",

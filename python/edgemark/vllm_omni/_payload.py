@@ -57,8 +57,9 @@ def multimodal_has_content(value: Any) -> bool:
     """Whether a multimodal output carries content: a tensor with
     elements, an image, a non-empty sequence or text, found in a
     ``MultimodalPayload`` (its ``tensors``; its ``metadata`` is not
-    content) or a mapping. Numbers, and the values of metadata keys (a
-    sample rate, even as a tensor), are not content."""
+    content) or a mapping. A number alone, and the values of metadata keys
+    (a sample rate, even as a tensor), are not content; numbers in a
+    sequence are."""
     if value is None or isinstance(value, (bool, int, float)):
         return False
     tensors = getattr(value, "tensors", None)
@@ -70,8 +71,15 @@ def multimodal_has_content(value: Any) -> bool:
             multimodal_has_content(v) for k, v in value.items() if not (isinstance(k, str) and _is_metadata_key(k))
         )
     if isinstance(value, (list, tuple)):
-        return any(multimodal_has_content(v) for v in value)
+        return any(_element_has_content(v) for v in value)
     return has_content(value)
+
+
+def _element_has_content(value: Any) -> bool:
+    # Inside a sequence a number is data (a sample), not metadata.
+    if isinstance(value, (bool, int, float)):
+        return True
+    return multimodal_has_content(value)
 
 
 def output_has_content(output: Any) -> bool:

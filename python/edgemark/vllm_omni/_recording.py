@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import json
 import logging
 import os
 import stat
@@ -32,6 +33,11 @@ ENV_REGION = "EDGEMARK_VLLM_OMNI_REGION"
 #: stages' ``max_num_seqs`` (four times their sum, at least 256, at most
 #: 65536).
 ENV_SLOTS = "EDGEMARK_VLLM_OMNI_SLOTS"
+#: Set to ``1`` for one INFO line per closed request in the API server's
+#: log: its request ID, its trace ID, and its final ``stream_edge_metrics``
+#: (how a user of the HTTP endpoints, whose responses do not carry it,
+#: finds one request's snapshot and its trace).
+ENV_LOG_REQUESTS = "EDGEMARK_VLLM_OMNI_LOG_REQUESTS"
 
 PREFIX = "edgemark-vllm-omni-"
 STAGES = 8
@@ -171,6 +177,7 @@ class Owner:
         if created or self.writer is not None:
             atexit.register(_remove_files, path if created else "", os.getpid(), self.writer)
         self.tokens: Dict[str, Token] = {}
+        self.log_requests = os.environ.get(ENV_LOG_REQUESTS) == "1"
         #: Request IDs begun under a caller's trace context.
         self.parented: Set[str] = set()
         self.lock = threading.Lock()
@@ -208,8 +215,18 @@ class Owner:
                     self.writer.withdraw(request_id)
         if token is None:
             return {}
+        traceparent = self.region.traceparent(token) if self.log_requests else None
         final = self.region.close(token)
-        return final if final is not None else {}
+        if final is None:
+            return {}
+        if self.log_requests:
+            log.info(
+                "edgemark: request %s closed, trace %s: stream_edge_metrics %s",
+                request_id,
+                traceparent.split("-")[1] if traceparent else "-",
+                json.dumps(final, sort_keys=True, separators=(",", ":")),
+            )
+        return final
 
 
 @dataclass

@@ -28,15 +28,6 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
         return "vllm_omni/deploy"
 
     @classmethod
-    def check_and_update_config(cls, vllm_config) -> None:
-        super().check_and_update_config(vllm_config)
-        # vLLM's CPU platform empties the CUDA-graph capture sizes but leaves
-        # their maximum unset, which vLLM-Omni's runners size buffers by.
-        compilation = vllm_config.compilation_config
-        if getattr(compilation, "max_cudagraph_capture_size", 0) is None:
-            compilation.max_cudagraph_capture_size = 0
-
-    @classmethod
     def get_diffusion_attn_backend_cls(cls, selected_backend, head_size, allow_trtllm_default=False) -> str:
         from vllm_omni.diffusion.attention.backends.registry import DiffusionAttentionBackendEnum
 

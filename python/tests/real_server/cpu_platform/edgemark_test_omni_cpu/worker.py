@@ -19,9 +19,14 @@ class _CPURunnerMixin:
     CPU runner does, and re-points every device buffer at its host copy
     (vLLM-Omni's runners add buffers after vLLM's CPU runner has done so)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, vllm_config, device):
+        # vLLM's CPU platform empties the CUDA-graph capture sizes but leaves
+        # their maximum unset, which vLLM-Omni's talker sizes buffers by.
+        compilation = vllm_config.compilation_config
+        if compilation.max_cudagraph_capture_size is None:
+            compilation.max_cudagraph_capture_size = 0
         with _torch_cuda_wrapper():
-            super().__init__(*args, **kwargs)
+            super().__init__(vllm_config, device)
         self._postprocess_tensors()
 
     def _init_device_properties(self):
