@@ -433,9 +433,37 @@ def write_speech_tokenizer(dst: Path) -> None:
     )
     torch.manual_seed(SEED + 1)
     model = Qwen3TTSTokenizerV2Model(config).eval()
+    _make_audible(model, torch.Generator().manual_seed(SEED + 2))
     _save_bf16(model, out / "model.safetensors")
     _write_json(out / "config.json", config_dict)
     _write_json(out / "preprocessor_config.json", PREPROCESSOR)
+
+
+def _make_audible(model, gen) -> None:
+    """Random weights as initialised decode to silence: the codebooks start
+    at zero and each decoder block shrinks the signal. Fill the codebooks,
+    give the decoder's convolutions unit-gain weights and scale the last one
+    so that random codes decode to noise of about 0.2 peak."""
+    import math
+
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("embedding_sum", "embed_sum")):
+                param.copy_(torch.randn(param.shape, generator=gen))
+        for name, buf in model.named_buffers():
+            if name.endswith(("embedding_sum", "embed_sum")):
+                buf.copy_(torch.randn(buf.shape, generator=gen))
+        convs = [m for m in model.decoder.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d))]
+        for conv in convs:
+            w = conv.weight
+            if isinstance(conv, torch.nn.Conv1d):
+                fan_in = w.shape[1] * w.shape[2]
+            else:
+                fan_in = max(1, w.shape[0] * w.shape[2] // conv.stride[0])
+            w.copy_(torch.randn(w.shape, generator=gen) / math.sqrt(fan_in))
+        model.decoder.decoder[-1].conv.weight.mul_(1 / 300)
 
 
 # --------------------------------------------------------------------- make
@@ -465,6 +493,8 @@ def make(dst: str | os.PathLike) -> Path:
         write_talker(build, tmp)
         write_speech_tokenizer(build)
         _write_json(build / MARKER, {"format": FORMAT_VERSION, "seed": SEED, "qwen_tts": QWEN_TTS_VERSION})
+        for path in [build, *build.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
         if dst.exists():
             shutil.rmtree(dst)
         build.rename(dst)

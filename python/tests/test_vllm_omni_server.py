@@ -1,0 +1,381 @@
+"""A real ``vllm-omni serve``, started as a user starts it, recording
+through the installed plugin: nothing loaded, patched or called by hand.
+
+The server runs the Qwen3-TTS pipeline (talker -> code2wav, stage 0 -> 1,
+``async_chunk: true``: the transfer adapter's path) on the CPU, from a tiny
+random-weight model (``real_server/tiny_tts.py``) and the test CPU platform
+(``real_server/cpu_platform``, installed in the environment). The user's
+steps: ``EDGEMARK_VLLM_OMNI=1`` (and ``EDGEMARK_VLLM_OMNI_LOG_REQUESTS=1``
+for the per-request log line), start the server, read the region's path
+from the plugin's log line, start ``edgemark export REGION --otlp`` toward
+a trace store (Arize Phoenix), send requests. Then, per request: the four
+events on ``0->1:0`` in the orders causality fixes, the request closed, one
+trace with the events in Phoenix; and after SIGTERM the region and its
+lookup gone, every server process ended.
+
+Requests: WAV responses one at a time, streamed responses, two at once,
+and a streamed one whose client disconnects after its first audio. Their
+IDs are unique to the run (vLLM-Omni's shared-memory connector names global
+files by request ID).
+
+Needs vllm-omni with the CPU platform installed, Arize Phoenix in the
+environment ``EDGEMARK_OTEL_VENV`` names, and the ``edgemark`` command
+(``EDGEMARK_CLI``). ``EDGEMARK_TTS_MODEL`` names where the tiny model is
+kept between runs (default: a temporary directory). Where one is missing
+the module is skipped, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1`` or
+``EDGEMARK_REQUIRE_OTEL=1`` (CI sets both), which makes it fail. Every
+process started is stopped by its saved pid (its process group), on failure
+too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SUPPORT = os.path.join(HERE, "real_server")
+#: A bound on each wait, never a timing that is asserted.
+PATIENCE_S = 900.0
+EDGE = "0->1:0"
+EVENTS = (
+    "producer_first_nonempty_emit",
+    "edge_first_send_complete",
+    "consumer_first_accept",
+    "consumer_first_nonempty_output",
+)
+
+
+def _required() -> bool:
+    return "1" in (os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI"), os.environ.get("EDGEMARK_REQUIRE_OTEL"))
+
+
+def _missing(what: str) -> None:
+    if _required():
+        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM_OMNI/EDGEMARK_REQUIRE_OTEL is set but {what}")
+    pytest.skip(what, allow_module_level=True)
+
+
+if importlib.util.find_spec("vllm_omni") is None:
+    if os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI") == "1":
+        raise RuntimeError("EDGEMARK_REQUIRE_VLLM_OMNI=1 but vllm_omni is not installed")
+    pytest.skip("vllm-omni is not installed", allow_module_level=True)
+if importlib.util.find_spec("edgemark_test_omni_cpu") is None:
+    _missing("the test CPU platform is not installed (pip install python/tests/real_server/cpu_platform)")
+_VENV = os.environ.get("EDGEMARK_OTEL_VENV")
+if not _VENV or not os.path.isfile(os.path.join(_VENV, "bin", "phoenix")):
+    _missing("no Arize Phoenix (EDGEMARK_OTEL_VENV)")
+PHOENIX = os.path.join(_VENV, "bin", "phoenix")
+EDGEMARK = os.environ.get("EDGEMARK_CLI") or os.path.join(ROOT, "target", "debug", "edgemark")
+if not os.path.isfile(EDGEMARK):
+    _missing(f"no edgemark command at {EDGEMARK} (cargo build -p edgemark-cli, or set EDGEMARK_CLI)")
+
+sys.path.insert(0, SUPPORT)
+import server as omni  # noqa: E402  (test support, beside this file)
+import tiny_tts  # noqa: E402
+
+
+# ---------------------------------------------------------------------------
+# Processes the test starts, stopped by their saved pid.
+
+
+class Proc:
+    """A process in its own process group, its output in a file."""
+
+    def __init__(self, name: str, argv: list, log_dir: str, env: dict) -> None:
+        self.name = name
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        with open(self.log_path, "wb") as out:
+            self.p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.pid = self.p.pid
+
+    def output(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.p.wait(timeout=30)
+
+
+def wait_for(what: str, check, timeout: float = PATIENCE_S, on_fail=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = check()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout}s for {what}\n{on_fail()}")
+        time.sleep(0.25)
+
+
+def http_get(url: str):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except Exception:  # noqa: BLE001 - not answering yet
+        return None
+
+
+def phoenix_spans(url: str, trace_id: str) -> list:
+    got = http_get(f"{url}/v1/projects/default/spans?trace_id={trace_id}&limit=1000")
+    return (json.loads(got[1]).get("data") or []) if got and got[0] == 200 else []
+
+
+def metric(url: str, name: str) -> float:
+    got = http_get(url)
+    assert got and got[0] == 200, url
+    for line in got[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} in\n{got[1]}")
+
+
+def server_processes(pid: int) -> list:
+    """The pids of ``pid``'s process group that still run."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if int(fields[2]) == pid and fields[0] != b"Z":
+                    out.append(int(entry))
+    return out
+
+
+_CLOSED = re.compile(r"edgemark: request (\S+) closed, trace (\S+): stream_edge_metrics (\{.*\})\s*$")
+_RECORDING = re.compile(r"edgemark: recording vLLM-Omni stream-edge events .* in (\S+), pid (\d+): (.*) call sites patched; region (\S+)")
+
+
+def closed_lines(log: str) -> dict:
+    """Request ID -> (trace ID, final snapshot), from the plugin's lines."""
+    out = {}
+    for line in log.splitlines():
+        m = _CLOSED.search(line)
+        if m:
+            out[m.group(1)] = (m.group(2), json.loads(m.group(3)))
+    return out
+
+
+def server_request_id(closed: dict, mine: str) -> str:
+    """The ID the server gave a request sent with ``X-Request-Id: mine``."""
+    ids = [rid for rid in closed if mine in rid]
+    assert len(ids) == 1, f"{mine}: {sorted(closed)}"
+    return ids[0]
+
+
+# ---------------------------------------------------------------------------
+# The run, once per module.
+
+
+@pytest.fixture(scope="module")
+def run():
+    work = tempfile.mkdtemp(prefix="edgemark-serve-")
+    procs: list = []
+    run_id = uuid.uuid4().hex[:10]
+    out: dict = {"ids": {}}
+    server = None
+    try:
+        model_dir = os.environ.get("EDGEMARK_TTS_MODEL") or os.path.join(work, "tiny-qwen3-tts")
+        tiny_tts.make(model_dir)
+
+        phoenix_port = omni.free_port()
+        phoenix_env = {
+            **os.environ,
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(phoenix_port),
+            "PHOENIX_GRPC_PORT": str(omni.free_port()),
+            "PHOENIX_WORKING_DIR": os.path.join(work, "phoenix"),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        phoenix = Proc("phoenix", [PHOENIX, "serve"], work, phoenix_env)
+        procs.append(phoenix)
+        phoenix_url = f"http://127.0.0.1:{phoenix_port}"
+
+        # As a user switches the plugin on: two variables, nothing else.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+        env.update(EDGEMARK_VLLM_OMNI="1", EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1")
+        server = omni.OmniServer(
+            python=sys.executable,
+            model_dir=model_dir,
+            deploy_file=os.path.join(SUPPORT, "qwen3_tts_cpu.yaml"),
+            port=omni.free_port(),
+            env=env,
+            log_path=os.path.join(work, "server.log"),
+        )
+        server.start()
+        server.wait_ready(PATIENCE_S)
+        out["server_pid"] = server.pid
+
+        def log() -> str:
+            with open(server.log_path, errors="replace") as f:
+                return f.read()
+
+        said = [m for m in (_RECORDING.search(line) for line in log().splitlines()) if m]
+        out["said"] = [(m.group(1), int(m.group(2)), m.group(3), m.group(4)) for m in said]
+        regions = {m.group(4) for m in said}
+        assert len(regions) == 1, f"the plugin's lines name {regions}\n{log()[-5000:]}"
+        region = out["region"] = regions.pop()
+        wait_for("Phoenix to answer /healthz", lambda: (http_get(phoenix_url + "/healthz") or (0,))[0] == 200)
+        exporter = Proc(
+            "export",
+            [EDGEMARK, "export", region, "--otlp", phoenix_url, "--listen", "127.0.0.1:0"],
+            work,
+            {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "edgemark-serve-test"},
+        )
+        procs.append(exporter)
+        metrics_url = wait_for(
+            "the exporter's /metrics address",
+            lambda: next((w for w in exporter.output().split() if w.startswith("http://") and w.endswith("/metrics")), None),
+            120,
+            exporter.output,
+        )
+
+        def rid(kind: str, i: int) -> str:
+            r = f"em{run_id}-{kind}-{i}"
+            out["ids"][r] = kind
+            return r
+
+        port = server.port
+        text = "Hello from the edgemark test."
+        out["wav"] = [omni.speech_wav(port, text, rid("wav", i), max_new_tokens=32) for i in range(3)]
+        out["stream"] = [omni.speech_stream(port, text, rid("stream", i), max_new_tokens=32) for i in range(2)]
+        pair: dict = {}
+
+        def one(kind: str, i: int) -> None:
+            r = rid(kind, i)
+            call = omni.speech_wav if kind == "pair-wav" else omni.speech_stream
+            pair[r] = call(port, text, r, max_new_tokens=32)
+
+        threads = [threading.Thread(target=one, args=k) for k in (("pair-wav", 0), ("pair-stream", 1))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(PATIENCE_S)
+        out["pair"] = pair
+        out["disconnect"] = omni.speech_stream_disconnect(port, text, rid("disconnect", 0), max_new_tokens=200, after_events=1)
+
+        # Every request the test sent closes, and says so in the server's log.
+        mine = list(out["ids"])
+        closed = wait_for(
+            "every request's close line",
+            lambda: (lambda c: c if all(any(m in r for r in c) for m in mine) else None)(closed_lines(log())),
+            on_fail=lambda: log()[-5000:],
+        )
+        out["closed"] = {m: closed[server_request_id(closed, m)] for m in mine}
+
+        # One trace per request in Phoenix, with its edge's events.
+        def traces():
+            got = {}
+            for m, (trace_id, _) in out["closed"].items():
+                spans = phoenix_spans(phoenix_url, trace_id)
+                names = {e.get("name") for s in spans for e in s.get("events") or []}
+                if not set(EVENTS) <= names:
+                    return None
+                got[m] = spans
+            return got
+
+        out["spans"] = wait_for("every request's trace in Phoenix", traces, on_fail=exporter.output)
+        out["exported"] = metric(metrics_url, "edgemark_otlp_exported_spans_total")
+        import edgemark
+
+        out["open_before_stop"] = edgemark.Region.attach(region).open_requests()
+
+        # SIGTERM, as a service manager stops the server.
+        pids_before = server_processes(server.pid)
+        out["processes"] = len(pids_before)
+        out["stop"] = server.stop(signal.SIGTERM, PATIENCE_S)
+        deadline = time.monotonic() + 120
+        while server_processes(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        out["left"] = server_processes(server.pid)
+        out["region_after"] = os.path.exists(region)
+        out["lookup_after"] = os.path.exists(region[: -len(".region")] + ".requests")
+        out["log"] = log()
+        yield out
+    finally:
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.stop(signal.SIGKILL, 60)
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ms(snapshot: dict, event: str):
+    return (snapshot.get(EDGE) or {}).get(f"{event}_ms")
+
+
+def test_every_process_of_the_server_says_what_it_patched(run):
+    by_name = {name: what for name, _, what, _ in run["said"]}
+    engines = [n for n in by_name if n.startswith("StageEngineCoreProc")]
+    assert len(engines) == 2, by_name
+    for n in engines:
+        assert by_name[n] == "transfer adapter, model runner connector", (n, by_name[n])
+    # The API server patches every role (its own name is no role's).
+    assert any(what.startswith("orchestrator") for what in by_name.values()), by_name
+
+
+def test_every_request_records_all_four_events_on_the_edge(run):
+    for mine, (_, final) in run["closed"].items():
+        assert set(final) == {EDGE}, (mine, final)
+        missing = [e for e in EVENTS if _ms(final, e) is None]
+        assert missing == [], (mine, run["ids"][mine], final)
+        assert final[EDGE]["from_stage"] == 0 and final[EDGE]["to_stage"] == 1
+
+
+def test_the_events_keep_the_orders_causality_fixes(run):
+    # Send complete and accept are stamped in different processes when
+    # their calls return: either may come first.
+    for mine, (_, final) in run["closed"].items():
+        emit, send, accept, output = (_ms(final, e) for e in EVENTS)
+        assert emit <= send <= output and emit <= accept <= output, (mine, final)
+
+
+def test_the_responses_are_audio(run):
+    for body in run["wav"] + [b for r, b in run["pair"].items() if "pair-wav" in r]:
+        assert body[:4] == b"RIFF" and body[8:12] == b"WAVE" and len(body) > 44
+    for events in run["stream"] + [e for r, e in run["pair"].items() if "pair-stream" in r]:
+        assert any(e.get("type") == "speech.audio.delta" for e in events), events[:3]
+        assert events[-1].get("type") == "speech.audio.done", events[-3:]
+
+
+def test_every_request_closed_the_disconnected_one_too(run):
+    assert set(run["closed"]) == set(run["ids"])
+    # Nothing of the run's left open in the region (the test's requests
+    # were the only ones).
+    assert run["open_before_stop"] == []
+
+
+def test_each_request_is_one_trace_with_its_events(run):
+    for mine, spans in run["spans"].items():
+        requests = [s for s in spans if s.get("name") == "edgemark request"]
+        assert len(requests) == 1, (mine, [s.get("name") for s in spans])
+        edges = [s for s in spans if s.get("name") == f"edgemark {EDGE}"]
+        assert len(edges) == 1 and edges[0].get("parent_id") == requests[0]["context"]["span_id"], mine
+        assert [e.get("name") for e in edges[0].get("events") or []] != []
+        assert {e.get("name") for e in edges[0]["events"]} >= set(EVENTS), mine
+    assert run["exported"] >= 2 * len(run["ids"])
+
+
+def test_sigterm_removes_the_region_and_its_lookup_and_ends_every_process(run):
+    assert run["processes"] >= 3 and run["left"] == []
+    assert not run["region_after"] and not run["lookup_after"]
