@@ -344,6 +344,45 @@ def test_with_requests_logged_each_close_says_its_id_trace_and_snapshot(region_e
     assert json.loads(snapshot) == final and final["0->1:0"]["first_chunk_seq"] == 3
 
 
+def test_a_second_close_closes_nothing_and_says_nothing(region_env, caplog, monkeypatch):
+    # The cleanup closes the request; the request state's finalizer closes
+    # it again later, by its token: one close, one line.
+    monkeypatch.setenv(vllm_omni.ENV_LOG_REQUESTS, "1")
+    rec = Recording()
+    token = rec.begin("req-twice")
+    rec.record("req-twice", 0, 1, _recording.EMIT, lambda: True)
+    with caplog.at_level(logging.INFO, logger="edgemark.vllm_omni"):
+        first = rec.close("req-twice")
+        assert rec.close("req-twice", token) == {}
+    assert first["0->1:0"]["producer_first_nonempty_emit_ms"] is not None
+    assert sum("closed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_newer_instance_is_not_closed_by_the_older_ones_token(region_env):
+    rec = Recording()
+    old = rec.begin("req-reused")
+    new = rec.begin("req-reused")
+    assert rec.close("req-reused", old) == {}
+    assert rec.owner.region.is_open(new) and not rec.owner.region.is_open(old)
+
+
+def test_the_process_line_waits_until_vllms_logging_is_set_up(region_env, caplog, monkeypatch):
+    # Inside vLLM (its module loaded) before its logging has a handler, as
+    # in an API server that loads plugins before it configures logging: the
+    # line is said when the process first uses its region.
+    import types
+
+    monkeypatch.setitem(sys.modules, "vllm", sys.modules.get("vllm") or types.ModuleType("vllm"))
+    monkeypatch.setattr(logging.getLogger("vllm"), "handlers", [])
+    rec = Recording()
+    with caplog.at_level(logging.INFO, logger="edgemark.vllm_omni"):
+        rec.say("edgemark: recording, the line")
+        assert [r.getMessage() for r in caplog.records] == []
+        rec.begin("req-1")
+        rec.begin("req-2")
+    assert [r.getMessage() for r in caplog.records] == ["edgemark: recording, the line"]
+
+
 def test_without_the_variable_closes_say_nothing(region_env, caplog, monkeypatch):
     monkeypatch.delenv(vllm_omni.ENV_LOG_REQUESTS, raising=False)
     rec = Recording()

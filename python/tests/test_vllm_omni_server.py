@@ -14,9 +14,11 @@ trace with the events in Phoenix; and after SIGTERM the region and its
 lookup gone, every server process ended.
 
 Requests: WAV responses one at a time, streamed responses, two at once,
-and a streamed one whose client disconnects after its first audio. Their
-IDs are unique to the run (vLLM-Omni's shared-memory connector names global
-files by request ID).
+and a streamed one whose client disconnects after its first audio. The
+speech endpoint names each request itself, ``speech-<16 hex>``, new for
+every request (unique to the run, as vLLM-Omni's shared-memory connector,
+which names global files by request ID, needs); each request is known by the
+close line that appears after it (the two at once, by the two).
 
 Needs vllm-omni with the CPU platform installed, Arize Phoenix in the
 environment ``EDGEMARK_OTEL_VENV`` names, and the ``edgemark`` command
@@ -43,7 +45,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 
 import pytest
 
@@ -175,13 +176,6 @@ def closed_lines(log: str) -> dict:
     return out
 
 
-def server_request_id(closed: dict, mine: str) -> str:
-    """The ID the server gave a request sent with ``X-Request-Id: mine``."""
-    ids = [rid for rid in closed if mine in rid]
-    assert len(ids) == 1, f"{mine}: {sorted(closed)}"
-    return ids[0]
-
-
 # ---------------------------------------------------------------------------
 # The run, once per module.
 
@@ -190,8 +184,7 @@ def server_request_id(closed: dict, mine: str) -> str:
 def run():
     work = tempfile.mkdtemp(prefix="edgemark-serve-")
     procs: list = []
-    run_id = uuid.uuid4().hex[:10]
-    out: dict = {"ids": {}}
+    out: dict = {}
     server = None
     try:
         model_dir = os.environ.get("EDGEMARK_TTS_MODEL") or os.path.join(work, "tiny-qwen3-tts")
@@ -249,38 +242,59 @@ def run():
             exporter.output,
         )
 
-        def rid(kind: str, i: int) -> str:
-            r = f"em{run_id}-{kind}-{i}"
-            out["ids"][r] = kind
-            return r
+        # The speech endpoint names each request itself (`speech-<hex>`, new
+        # for every request, so unique to the run): each request is told
+        # from the others by the close line that appears after it.
+        def close_lines() -> dict:
+            return closed_lines(log())
+
+        def new_closes(before: dict, n: int) -> list:
+            got = wait_for(
+                f"{n} new close line(s) in the server's log",
+                lambda: (lambda c: [r for r in c if r not in before] if len(c) >= len(before) + n else None)(
+                    close_lines()
+                ),
+                on_fail=lambda: log()[-5000:],
+            )
+            assert len(got) == n, got
+            return got
 
         port = server.port
         text = "Hello from the edgemark test."
-        out["wav"] = [omni.speech_wav(port, text, rid("wav", i), max_new_tokens=32) for i in range(3)]
-        out["stream"] = [omni.speech_stream(port, text, rid("stream", i), max_new_tokens=32) for i in range(2)]
+        kinds: dict = {}
+        bodies: dict = {}
+
+        def sent(kind: str, call, before: dict, **kw) -> None:
+            body = call(port, text, max_new_tokens=32, **kw)
+            (rid,) = new_closes(before, 1)
+            kinds[rid], bodies[rid] = kind, body
+
+        for _ in range(3):
+            sent("wav", omni.speech_wav, close_lines())
+        for _ in range(2):
+            sent("stream", omni.speech_stream, close_lines())
+        # Two at once: a WAV and a streamed request.
+        before = close_lines()
         pair: dict = {}
-
-        def one(kind: str, i: int) -> None:
-            r = rid(kind, i)
-            call = omni.speech_wav if kind == "pair-wav" else omni.speech_stream
-            pair[r] = call(port, text, r, max_new_tokens=32)
-
-        threads = [threading.Thread(target=one, args=k) for k in (("pair-wav", 0), ("pair-stream", 1))]
+        threads = [
+            threading.Thread(target=lambda: pair.__setitem__("wav", omni.speech_wav(port, text, max_new_tokens=32))),
+            threading.Thread(target=lambda: pair.__setitem__("stream", omni.speech_stream(port, text, max_new_tokens=32))),
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join(PATIENCE_S)
+        for rid in new_closes(before, 2):
+            kinds[rid] = "pair"
         out["pair"] = pair
-        out["disconnect"] = omni.speech_stream_disconnect(port, text, rid("disconnect", 0), max_new_tokens=200, after_events=1)
-
-        # Every request the test sent closes, and says so in the server's log.
-        mine = list(out["ids"])
-        closed = wait_for(
-            "every request's close line",
-            lambda: (lambda c: c if all(any(m in r for r in c) for m in mine) else None)(closed_lines(log())),
-            on_fail=lambda: log()[-5000:],
-        )
-        out["closed"] = {m: closed[server_request_id(closed, m)] for m in mine}
+        # A streamed request whose client leaves after its first audio.
+        before = close_lines()
+        out["disconnect"] = omni.speech_stream_disconnect(port, text, max_new_tokens=400, after_events=1)
+        (rid,) = new_closes(before, 1)
+        kinds[rid] = "disconnect"
+        out["ids"], out["bodies"] = kinds, bodies
+        closed = close_lines()
+        out["closed"] = {rid: closed[rid] for rid in kinds}
 
         # One trace per request in Phoenix, with its edge's events.
         def traces():
@@ -351,14 +365,21 @@ def test_the_events_keep_the_orders_causality_fixes(run):
 
 
 def test_the_responses_are_audio(run):
-    for body in run["wav"] + [b for r, b in run["pair"].items() if "pair-wav" in r]:
-        assert body[:4] == b"RIFF" and body[8:12] == b"WAVE" and len(body) > 44
-    for events in run["stream"] + [e for r, e in run["pair"].items() if "pair-stream" in r]:
-        assert any(e.get("type") == "speech.audio.delta" for e in events), events[:3]
-        assert events[-1].get("type") == "speech.audio.done", events[-3:]
+    kinds = run["ids"]
+    wavs = [b for r, b in run["bodies"].items() if kinds[r] == "wav"] + [run["pair"]["wav"]]
+    streams = [b for r, b in run["bodies"].items() if kinds[r] == "stream"] + [run["pair"]["stream"]]
+    assert len(wavs) == 4 and len(streams) == 3
+    for body in wavs:
+        assert omni.wav_samples(body) > 0
+    for events in streams:
+        assert len(omni.pcm_of(events)) > 0, events[:3]
+        assert events[-1][0] == "speech.audio.done", events[-3:]
+    # The client that left had audio before it left.
+    assert len(omni.pcm_of(run["disconnect"])) > 0
 
 
 def test_every_request_closed_the_disconnected_one_too(run):
+    assert sorted(run["ids"].values()) == sorted(["wav"] * 3 + ["stream"] * 2 + ["pair"] * 2 + ["disconnect"])
     assert set(run["closed"]) == set(run["ids"])
     # Nothing of the run's left open in the region (the test's requests
     # were the only ones).

@@ -65,14 +65,10 @@ instrumentor: Instrumentor[Recording] = Instrumentor(
     targets={"api": orchestrator.TARGETS, "scheduler": adapter.TARGETS, "runner": runner.TARGETS},
     make_recording=Recording,
     log=log,
-    announce=lambda roles, rec: log.info(
-        "edgemark: recording vLLM-Omni stream-edge events (vllm-omni %s) in %s, pid %d: %s call sites patched; "
-        "region %s",
-        _instrument.installed_version("vllm-omni"),
-        _instrument.process_name(),
-        os.getpid(),
-        ", ".join(package.ROLE_NAMES[r] for r in roles),
-        rec.path,
+    announce=lambda roles, rec: rec.say(
+        f"edgemark: recording vLLM-Omni stream-edge events (vllm-omni {_instrument.installed_version('vllm-omni')}) "
+        f"in {_instrument.process_name()}, pid {os.getpid()}: "
+        f"{', '.join(package.ROLE_NAMES[r] for r in roles)} call sites patched; region {rec.path}"
     ),
 )
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import stat
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -208,13 +209,15 @@ class Owner:
             current = self.tokens.get(request_id)
             if token is None:
                 token = current
-            if token is not None and current == token:
-                del self.tokens[request_id]
-                self.parented.discard(request_id)
-                if self.writer is not None:
-                    self.writer.withdraw(request_id)
-        if token is None:
-            return {}
+            if token is None or current != token:
+                # Closed already: by an earlier close, or by the begin of a
+                # newer instance under the ID (the map holds every open
+                # token this process began).
+                return {}
+            del self.tokens[request_id]
+            self.parented.discard(request_id)
+            if self.writer is not None:
+                self.writer.withdraw(request_id)
         traceparent = self.region.traceparent(token) if self.log_requests else None
         final = self.region.close(token)
         if final is None:
@@ -266,6 +269,24 @@ class Recording:
         self.uninstrument = uninstrument
         #: This process could not create its region as the API server.
         self.failed = False
+        #: The process's INFO line, while the logging it goes to is not set
+        #: up yet (``say``).
+        self._pending: Optional[str] = None
+
+    def say(self, message: str) -> None:
+        """Says ``message`` (this process's one INFO line) now if vLLM's
+        logging is set up, else when the process first uses its region (the
+        API server loads its plugins before it configures logging, and a
+        line said then would be lost)."""
+        if logging.getLogger("vllm").handlers or "vllm" not in sys.modules:
+            log.info("%s", message)
+        else:
+            self._pending = message
+
+    def say_pending(self) -> None:
+        message, self._pending = self._pending, None
+        if message is not None:
+            log.info("%s", message)
 
     # -- the API server -----------------------------------------------------
 
@@ -275,7 +296,7 @@ class Recording:
         with self.lock:
             if self.owner is None:
                 self.owner = Owner(self.path, stages, slots, self.user_named, self.once)
-                log.info("edgemark: recording stream-edge events into %s", self.path)
+                self.say_pending()
             return self.owner
 
     def ensure_owner(self, stages: int, slots: int) -> Optional[Owner]:
@@ -370,6 +391,7 @@ class Recording:
             if not _own_regular_file(self.path):
                 raise FileNotFoundError(f"no region file of this user's at {self.path}")
             self._region = Region.attach(self.path)
+            self.say_pending()
         except (OSError, ValueError) as e:
             if create and isinstance(e, FileNotFoundError):
                 return self._create_host_region()
@@ -388,6 +410,7 @@ class Recording:
             except (OSError, ValueError) as e:
                 self.once.warn("host", "edgemark: cannot create this host's region %s: %s", self.path, e)
                 return None
+            self.say_pending()
             if created:
                 atexit.register(_remove_files, self.path, os.getpid(), None)
                 log.info("edgemark: recording this host's stages into %s", self.path)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 # Bumped whenever what `make` writes changes; a directory with another
 # marker is rebuilt.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MARKER = ".edgemark-tiny-tts"
 QWEN_TTS_VERSION = "0.1.1"
 SEED = 20240917
@@ -161,6 +161,9 @@ def model_config() -> dict:
         "speaker_encoder_config": speaker_encoder,
         "torch_dtype": "bfloat16",
         "dtype": "bfloat16",
+        # As the released checkpoints; without it transformers 5 takes the
+        # directory's tokenizer for a Mistral one and warns.
+        "transformers_version": "4.57.3",
     }
 
 
@@ -276,8 +279,14 @@ def write_tokenizer(dst: Path) -> None:
             piece += ch
             vocab.setdefault(piece, len(vocab))
     # The special tokens sit in the model's vocabulary at their own ids (the
-    # added-token list alone would renumber them after the last byte token).
+    # added-token list alone would renumber them after the last byte token),
+    # and the ids below them are filled with tokens no merge produces: a
+    # vocabulary with holes makes transformers print every missing id.
     vocab.update(SPECIAL_TOKENS)
+    taken = set(vocab.values())
+    for tid in range(max(SPECIAL_TOKENS.values())):
+        if tid not in taken:
+            vocab[f"<unused{tid}>"] = tid
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -295,7 +304,7 @@ def write_tokenizer(dst: Path) -> None:
         }
         for text, tid in sorted(SPECIAL_TOKENS.items(), key=lambda kv: kv[1])
     ]
-    (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+    (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
     _write_json(
         dst / "tokenizer_config.json",
         {
@@ -394,7 +403,7 @@ def write_talker(dst: Path, tmp: Path) -> None:
     cfg_mod, modeling = _load_qwen_tts_models(tmp)
     config_dict = model_config()
     kwargs = json.loads(json.dumps(config_dict))
-    for key in ("architectures", "model_type", "torch_dtype", "dtype"):
+    for key in ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version"):
         del kwargs[key]
     # transformers 5 no longer gives every config a pad_token_id, which the
     # wheel's modeling code reads.
@@ -483,6 +492,17 @@ def make(dst: str | os.PathLike) -> Path:
     if is_current(dst):
         return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
+    import fcntl
+
+    # One builder at a time; a second caller finds the model made.
+    with open(dst.parent / f".{dst.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_current(dst):
+            _build(dst)
+    return dst
+
+
+def _build(dst: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix=".tiny-tts-", dir=dst.parent))
     tmp = Path(tempfile.mkdtemp(prefix="tiny-tts-src-"))
     saved_modules = dict(sys.modules)
@@ -503,7 +523,6 @@ def make(dst: str | os.PathLike) -> Path:
             del sys.modules[name]
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    return dst
 
 
 if __name__ == "__main__":

@@ -1,0 +1,446 @@
+"""Start a real ``vllm-omni serve`` for a test and talk to it.
+
+Test support, standard library only, so it imports with the Python of any
+environment the server runs in::
+
+    from server import OmniServer, free_port, speech_wav, speech_stream
+
+    port = free_port()
+    with OmniServer(python, model_dir, deploy_file, port, env={}, log_path=log) as srv:
+        srv.wait_ready(timeout=300)
+        wav = speech_wav(port, "Hello there.", request_id="t-1", max_new_tokens=32)
+
+``OmniServer`` runs ``<env>/bin/vllm-omni serve MODEL --omni --deploy-config
+FILE --port P`` in a session of its own, so that the API server, the stage
+engine cores and their workers share one process group that ``stop`` can
+clear. vLLM-Omni on the CPU needs the platform in ``cpu_platform/``
+installed in that environment (``install_cpu_platform``).
+
+The speech endpoint names each request itself: ``speech-<16 hex>`` in the
+API server, and ``speech-<16 hex>-<8 hex>`` once vLLM's engine has added
+its suffix; an ``X-Request-Id`` header is sent by the helpers here but the
+speech endpoint does not take it as the request id.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEPLOY_FILE = HERE / "qwen3_tts_cpu.yaml"
+CPU_PLATFORM = HERE / "cpu_platform"
+
+# The default cache for the environments and the tiny model; tests should
+# take theirs from an argument or the environment.
+DEFAULT_CACHE_DIR = "/var/cache/edgemark"
+
+# What the server's environment needs on the CPU: KV cache per stage (GiB),
+# no model hub, one OpenMP thread per process (two cores, five processes).
+SERVER_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def install_cpu_platform(python: str | os.PathLike) -> None:
+    """pip-install the test CPU platform into the environment of `python`,
+    building from a copy so that no build files land in the source tree."""
+    with tempfile.TemporaryDirectory(prefix="omni-cpu-platform-") as tmp:
+        src = Path(tmp) / "cpu_platform"
+        shutil.copytree(CPU_PLATFORM, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(src)],
+            check=True,
+        )
+
+
+def _bin_dir(python: str | os.PathLike) -> Path:
+    # Not resolved: a venv's python is a symlink to the base interpreter.
+    return Path(python).absolute().parent
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid` (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # Fields after the command name, which is in parentheses.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state != "Z":
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+class ServerDied(RuntimeError):
+    """The server process ended before it was ready."""
+
+
+class OmniServer:
+    """A ``vllm-omni serve`` process group (context manager: start, stop).
+
+    `env` is laid over this process's environment without its ``EDGEMARK_*``
+    variables and over ``SERVER_ENV``; so the edgemark plugin stays off unless
+    `env` sets ``EDGEMARK_VLLM_OMNI``.
+    """
+
+    def __init__(
+        self,
+        python: str | os.PathLike,
+        model_dir: str | os.PathLike,
+        deploy_file: str | os.PathLike,
+        port: int,
+        env: dict[str, str] | None = None,
+        log_path: str | os.PathLike | None = None,
+        extra_args: tuple[str, ...] = (),
+    ):
+        self.python = Path(python)
+        self.model_dir = str(model_dir)
+        self.deploy_file = str(deploy_file)
+        self.port = int(port)
+        self.env = dict(env or {})
+        self.log_path = Path(log_path) if log_path is not None else Path(tempfile.mkstemp(suffix=".log")[1])
+        self.extra_args = tuple(extra_args)
+        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.started_at: float | None = None
+        self.ready_after: float | None = None
+
+    # ------------------------------------------------------------ process
+
+    def command(self) -> list[str]:
+        return [
+            str(_bin_dir(self.python) / "vllm-omni"),
+            "serve",
+            self.model_dir,
+            "--omni",
+            "--deploy-config",
+            self.deploy_file,
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
+
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+        env.update(SERVER_ENV)
+        env.update(self.env)
+        # The environment's bin first, as an activated venv would have it.
+        env["PATH"] = f"{_bin_dir(self.python)}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def start(self) -> "OmniServer":
+        if self.proc is not None:
+            raise RuntimeError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                env=self.environ(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+        self.started_at = time.monotonic()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def group_pids(self) -> list[int]:
+        """Live processes of the server's process group (the leader included)."""
+        if self.pid is None:
+            return []
+        return _group_pids(self.pid)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float = 300.0) -> float:
+        """Wait until ``GET /health`` answers 200; returns the seconds since
+        `start`. The API server listens only once every stage is up, so a
+        speech request works from then on."""
+        if self.proc is None or self.started_at is None:
+            raise RuntimeError("server not started")
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                raise ServerDied(
+                    f"vllm-omni serve exited with {self.proc.returncode} before it was ready; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if _health(self.port):
+                self.ready_after = time.monotonic() - self.started_at
+                return self.ready_after
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"vllm-omni serve not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(1.0)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
+        """Send `sig` to the group leader and wait up to `timeout` for the
+        whole group to end; then SIGKILL whatever of the group is left.
+        Returns the leader's exit code (None if it was never started)."""
+        if self.proc is None or self.pid is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        try:
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        # The leader gone, its stage processes may still be winding down.
+        while self.group_pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self.group_pids():
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            end = time.monotonic() + 10
+            while self.group_pids() and time.monotonic() < end:
+                time.sleep(0.2)
+        return self.proc.returncode
+
+    def __enter__(self) -> "OmniServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------------ requests
+
+
+class SpeechError(RuntimeError):
+    def __init__(self, status: int, body: bytes):
+        super().__init__(f"speech request failed: HTTP {status}: {body[:500]!r}")
+        self.status = status
+        self.body = body
+
+
+def _health(port: int) -> bool:
+    conn = http.client.HTTPConnection(HOST, port, timeout=2)
+    try:
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def speech_body(
+    text: str,
+    max_new_tokens: int,
+    *,
+    stream: bool = False,
+    voice: str = "ryan",
+    language: str = "English",
+    **fields,
+) -> dict:
+    """The JSON of a ``POST /v1/audio/speech``. A random model never emits
+    its end token: `max_new_tokens` (codec frames, 12.5 a second of audio)
+    bounds every request."""
+    body = {
+        "input": text,
+        "voice": voice,
+        "language": language,
+        "max_new_tokens": int(max_new_tokens),
+    }
+    if stream:
+        body.update(stream=True, response_format="pcm")
+    else:
+        body["response_format"] = "wav"
+    body.update(fields)
+    return body
+
+
+def _post(port: int, body: dict, request_id: str | None, timeout: float):
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    headers = {"Content-Type": "application/json"}
+    if request_id is not None:
+        headers["X-Request-Id"] = request_id
+    conn.request("POST", "/v1/audio/speech", body=json.dumps(body).encode(), headers=headers)
+    resp = conn.getresponse()
+    if resp.status != 200:
+        data = resp.read()
+        conn.close()
+        raise SpeechError(resp.status, data)
+    return conn, resp
+
+
+def speech_wav(
+    port: int,
+    text: str,
+    request_id: str | None = None,
+    max_new_tokens: int = 32,
+    timeout: float = 120.0,
+    **fields,
+) -> bytes:
+    """One non-streaming speech request; returns the WAV file's bytes."""
+    conn, resp = _post(port, speech_body(text, max_new_tokens, **fields), request_id, timeout)
+    try:
+        return resp.read()
+    finally:
+        conn.close()
+
+
+def _sse_events(resp):
+    """(event name, parsed data) for each server-sent event of `resp`."""
+    name, data = None, []
+    while True:
+        raw = resp.readline()
+        if not raw:
+            return
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line == "":
+            if data:
+                payload = "\n".join(data)
+                try:
+                    parsed = json.loads(payload)
+                except ValueError:
+                    parsed = payload
+                yield name or "message", parsed
+            name, data = None, []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+def speech_stream(
+    port: int,
+    text: str,
+    request_id: str | None = None,
+    max_new_tokens: int = 32,
+    timeout: float = 120.0,
+    **fields,
+) -> list[tuple[str, object]]:
+    """One streaming speech request (server-sent events); returns every
+    event as (name, data): ``speech.audio.delta`` events whose data carries
+    base64 PCM in ``audio``, then one ``speech.audio.done``."""
+    conn, resp = _post(port, speech_body(text, max_new_tokens, stream=True, **fields), request_id, timeout)
+    try:
+        return list(_sse_events(resp))
+    finally:
+        conn.close()
+
+
+def speech_stream_disconnect(
+    port: int,
+    text: str,
+    request_id: str | None = None,
+    max_new_tokens: int = 32,
+    after_events: int = 1,
+    timeout: float = 120.0,
+    **fields,
+) -> list[tuple[str, object]]:
+    """A streaming speech request that the client drops after `after_events`
+    events, closing the connection mid-stream; returns the events read."""
+    conn, resp = _post(port, speech_body(text, max_new_tokens, stream=True, **fields), request_id, timeout)
+    events = []
+    try:
+        for event in _sse_events(resp):
+            events.append(event)
+            if len(events) >= after_events:
+                break
+    finally:
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        resp.close()
+        conn.close()
+    return events
+
+
+def pcm_of(events) -> bytes:
+    """The 16-bit PCM carried by the ``speech.audio.delta`` events."""
+    return b"".join(
+        base64.b64decode(data["audio"])
+        for name, data in events
+        if name == "speech.audio.delta" and isinstance(data, dict) and data.get("audio")
+    )
+
+
+def wav_samples(wav: bytes) -> int:
+    """Number of 16-bit mono samples in a WAV file's data chunk (the header
+    checked to be RIFF/WAVE)."""
+    if wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
+        raise ValueError("not a WAV file")
+    pos = 12
+    while pos + 8 <= len(wav):
+        cid, size = wav[pos : pos + 4], int.from_bytes(wav[pos + 4 : pos + 8], "little")
+        if cid == b"data":
+            return min(size, len(wav) - pos - 8) // 2
+        pos += 8 + size
+    raise ValueError("WAV file without a data chunk")
+
+
+if __name__ == "__main__":
+    # python server.py ENV_PYTHON MODEL_DIR [LOG]: start, send two WAV and one
+    # streaming request, stop.
+    py, model = sys.argv[1], sys.argv[2]
+    log = sys.argv[3] if len(sys.argv) > 3 else None
+    port = free_port()
+    with OmniServer(py, model, DEPLOY_FILE, port, env={}, log_path=log) as srv:
+        print(f"ready after {srv.wait_ready(300):.1f} s, pids {srv.group_pids()}")
+        for i in range(2):
+            t = time.monotonic()
+            wav = speech_wav(port, f"Hello number {i}.", request_id=f"smoke-wav-{i}")
+            print(f"wav {i}: {wav_samples(wav)} samples in {time.monotonic() - t:.2f} s")
+        t = time.monotonic()
+        events = speech_stream(port, "Hello, streaming.", request_id="smoke-stream")
+        print(f"stream: {len(events)} events, {len(pcm_of(events)) // 2} samples in {time.monotonic() - t:.2f} s")
+    print("left:", srv.group_pids())
