@@ -390,7 +390,7 @@ def test_each_request_is_one_trace_with_its_events(run):
     for mine, spans in run["spans"].items():
         requests = [s for s in spans if s.get("name") == "edgemark request"]
         assert len(requests) == 1, (mine, [s.get("name") for s in spans])
-        edges = [s for s in spans if s.get("name") == f"edgemark {EDGE}"]
+        edges = [s for s in spans if s.get("name") == "edgemark 0->1"]
         assert len(edges) == 1 and edges[0].get("parent_id") == requests[0]["context"]["span_id"], mine
         assert [e.get("name") for e in edges[0].get("events") or []] != []
         assert {e.get("name") for e in edges[0]["events"]} >= set(EVENTS), mine
