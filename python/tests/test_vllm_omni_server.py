@@ -339,13 +339,21 @@ def _ms(snapshot: dict, event: str):
 
 
 def test_every_process_of_the_server_says_what_it_patched(run):
-    by_name = {name: what for name, _, what, _ in run["said"]}
-    engines = [n for n in by_name if n.startswith("StageEngineCoreProc")]
-    assert len(engines) == 2, by_name
-    for n in engines:
-        assert by_name[n] == "transfer adapter, model runner connector", (n, by_name[n])
-    # The API server patches every role (its own name is no role's).
-    assert any(what.startswith("orchestrator") for what in by_name.values()), by_name
+    said = run["said"]  # (process name, pid, what was patched, region)
+    pids = [pid for _, pid, _, _ in said]
+    assert len(pids) == len(set(pids)), said  # one line per process
+    # The API server is `MainProcess` until vLLM names it `APIServer`.
+    kinds = {"MainProcess": "APIServer"}
+    by_kind = sorted((kinds.get(n, n.split("_")[0].split("-")[0]), what) for n, _, what, _ in said)
+    assert by_kind == [
+        # The API server: its name is no role's, so every call site.
+        ("APIServer", "orchestrator, transfer adapter, model runner connector"),
+        ("StageEngineCoreProc", "transfer adapter, model runner connector"),
+        ("StageEngineCoreProc", "transfer adapter, model runner connector"),
+        ("VllmWorker", "model runner connector"),
+        ("VllmWorker", "model runner connector"),
+    ], said
+    assert {region for _, _, _, region in said} == {run["region"]}
 
 
 def test_every_request_records_all_four_events_on_the_edge(run):

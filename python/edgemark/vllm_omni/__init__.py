@@ -15,7 +15,9 @@ stage transports and of the API server:
   and full-payload mode);
 - ``orchestrator``: the API server, which begins and closes each request,
   hands its trace context to every stage's engine request, and puts the
-  snapshot into every response as ``metrics["stream_edge_metrics"]``.
+  snapshot into every ``Omni``/``AsyncOmni`` output as
+  ``metrics["stream_edge_metrics"]`` (the HTTP endpoints' responses do not
+  carry it: see docs/vllm-omni.md).
 
 Each module's documentation lists its call sites and what each records.
 Supported releases: ``package.SUPPORTED``. The token reaches a stage process
