@@ -64,7 +64,7 @@ def multimodal_has_content(value: Any) -> bool:
         return False
     tensors = getattr(value, "tensors", None)
     if isinstance(tensors, Mapping):
-        # vLLM-Omni's MultimodalPayload (0.31 and later).
+        # vLLM-Omni's MultimodalPayload (0.30.0 to 0.32.0rc1).
         value = tensors
     if isinstance(value, Mapping):
         return any(
