@@ -27,6 +27,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The installed edgemark, not the sources beside this file (they lack the
+# built extension); the test support's server helpers.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 sys.path.insert(0, os.path.join(HERE, "tests", "real_server"))
 
 import server as omni  # noqa: E402

@@ -30,7 +30,6 @@ failure too.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib.util
 import json
@@ -44,9 +43,11 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import pytest
+
+import _live
+from _live import edgemark_bin, http_get, metric, missing, need_vllm_omni, phoenix_bin, phoenix_spans
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -58,50 +59,18 @@ RID = "req-hosts-1"
 CODES = [11, 12, 13, 14, 15]
 
 
-def _required() -> bool:
-    return "1" in (os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI"), os.environ.get("EDGEMARK_REQUIRE_OTEL"))
-
-
-def _missing(what: str) -> None:
-    if _required():
-        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM_OMNI/EDGEMARK_REQUIRE_OTEL is set but {what}")
-    pytest.skip(what, allow_module_level=True)
-
-
-if importlib.util.find_spec("vllm_omni") is None:
-    # Not the vLLM-Omni environment (the plain test run): only its own flag
-    # makes that a failure.
-    if os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI") == "1":
-        raise RuntimeError("EDGEMARK_REQUIRE_VLLM_OMNI=1 but vllm_omni is not installed")
-    pytest.skip("vllm-omni is not installed", allow_module_level=True)
+need_vllm_omni()
 if importlib.util.find_spec("mooncake") is None:
-    _missing("mooncake-transfer-engine-non-cuda is not installed (vLLM-Omni's Mooncake connector needs it)")
+    missing("mooncake-transfer-engine-non-cuda is not installed (vLLM-Omni's Mooncake connector needs it)")
 
 
-def _phoenix_bin() -> str:
-    venv = os.environ.get("EDGEMARK_OTEL_VENV")
-    if not venv:
-        _missing("EDGEMARK_OTEL_VENV is not set: no Phoenix")
-    p = os.path.join(venv, "bin", "phoenix")
-    if not os.path.isfile(p):
-        _missing(f"arize-phoenix is not installed in {venv}")
-    return p
-
-
-def _edgemark_bin() -> str:
-    p = os.environ.get("EDGEMARK_CLI") or os.path.join(ROOT, "target", "debug", "edgemark")
-    if not os.path.isfile(p):
-        _missing(f"no edgemark command at {p} (cargo build -p edgemark-cli, or set EDGEMARK_CLI)")
-    return p
-
-
-PHOENIX = _phoenix_bin()
-EDGEMARK = _edgemark_bin()
+PHOENIX = phoenix_bin()
+EDGEMARK = edgemark_bin()
 if os.geteuid() != 0:
-    _missing("the two-host test needs root (network and mount namespaces)")
+    missing("the two-host test needs root (network and mount namespaces)")
 for _tool in ("ip", "unshare", "nsenter"):
     if shutil.which(_tool) is None:
-        _missing(f"the two-host test needs `{_tool}` (iproute2, util-linux)")
+        missing(f"the two-host test needs `{_tool}` (iproute2, util-linux)")
 
 
 # ---------------------------------------------------------------------------
@@ -183,21 +152,7 @@ def free_port(ip: str) -> int:
 
 
 def wait_for(what: str, check, timeout: float = PATIENCE_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = check()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"waited {timeout}s for {what}"
-        time.sleep(0.2)
-
-
-def http_get(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read().decode()
-    except Exception:
-        return None
+    return _live.wait_for(what, check, timeout)
 
 
 def ip(*args: str) -> None:
@@ -293,10 +248,7 @@ class Phoenix:
         wait_for("Phoenix to answer /healthz", lambda: (http_get(self.url + "/healthz") or (0,))[0] == 200)
 
     def spans(self, trace_id: str) -> list:
-        got = http_get(f"{self.url}/v1/projects/default/spans?trace_id={trace_id}&limit=1000")
-        if not got or got[0] != 200:
-            return []
-        return json.loads(got[1]).get("data") or []
+        return phoenix_spans(self.url, trace_id)
 
 
 def region_of(h: str) -> str:
@@ -320,15 +272,6 @@ def start_exporter(hosts: Hosts, h: str, url: str) -> str:
     metrics = [w for w in said.split() if w.startswith("http://") and w.endswith("/metrics")]
     assert metrics, f"host {h}: {said!r}"
     return metrics[0]
-
-
-def metric(url: str, name: str) -> float:
-    got = http_get(url)
-    assert got and got[0] == 200, url
-    for line in got[1].splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} in\n{got[1]}")
 
 
 def tree(spans: list) -> str:

@@ -44,12 +44,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import pytest
 
+import _live
+from _live import edgemark_bin, http_get, metric, missing, need_vllm_omni, phoenix_bin, phoenix_spans
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 SUPPORT = os.path.join(HERE, "real_server")
 #: A bound on each wait, never a timing that is asserted.
 PATIENCE_S = 900.0
@@ -62,29 +63,11 @@ EVENTS = (
 )
 
 
-def _required() -> bool:
-    return "1" in (os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI"), os.environ.get("EDGEMARK_REQUIRE_OTEL"))
-
-
-def _missing(what: str) -> None:
-    if _required():
-        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM_OMNI/EDGEMARK_REQUIRE_OTEL is set but {what}")
-    pytest.skip(what, allow_module_level=True)
-
-
-if importlib.util.find_spec("vllm_omni") is None:
-    if os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI") == "1":
-        raise RuntimeError("EDGEMARK_REQUIRE_VLLM_OMNI=1 but vllm_omni is not installed")
-    pytest.skip("vllm-omni is not installed", allow_module_level=True)
+need_vllm_omni()
 if importlib.util.find_spec("edgemark_test_omni_cpu") is None:
-    _missing("the test CPU platform is not installed (pip install python/tests/real_server/cpu_platform)")
-_VENV = os.environ.get("EDGEMARK_OTEL_VENV")
-if not _VENV or not os.path.isfile(os.path.join(_VENV, "bin", "phoenix")):
-    _missing("no Arize Phoenix (EDGEMARK_OTEL_VENV)")
-PHOENIX = os.path.join(_VENV, "bin", "phoenix")
-EDGEMARK = os.environ.get("EDGEMARK_CLI") or os.path.join(ROOT, "target", "debug", "edgemark")
-if not os.path.isfile(EDGEMARK):
-    _missing(f"no edgemark command at {EDGEMARK} (cargo build -p edgemark-cli, or set EDGEMARK_CLI)")
+    missing("the test CPU platform is not installed (real_server/server.py's install_cpu_platform)")
+PHOENIX = phoenix_bin()
+EDGEMARK = edgemark_bin()
 
 sys.path.insert(0, SUPPORT)
 import server as omni  # noqa: E402  (test support, beside this file)
@@ -117,36 +100,7 @@ class Proc:
 
 
 def wait_for(what: str, check, timeout: float = PATIENCE_S, on_fail=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = check()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout}s for {what}\n{on_fail()}")
-        time.sleep(0.25)
-
-
-def http_get(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read().decode()
-    except Exception:  # noqa: BLE001 - not answering yet
-        return None
-
-
-def phoenix_spans(url: str, trace_id: str) -> list:
-    got = http_get(f"{url}/v1/projects/default/spans?trace_id={trace_id}&limit=1000")
-    return (json.loads(got[1]).get("data") or []) if got and got[0] == 200 else []
-
-
-def metric(url: str, name: str) -> float:
-    got = http_get(url)
-    assert got and got[0] == 200, url
-    for line in got[1].splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} in\n{got[1]}")
+    return _live.wait_for(what, check, timeout, on_fail)
 
 
 def server_processes(pid: int) -> list:

@@ -1,0 +1,100 @@
+"""What the tests against live components share (a real vLLM-Omni, Arize
+Phoenix, the ``edgemark`` command): how they are found or skipped, and how a
+test waits for them and reads them over HTTP.
+
+A missing component skips the module, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1``
+or ``EDGEMARK_REQUIRE_OTEL=1`` (CI sets both), which makes it a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def required() -> bool:
+    return "1" in (os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI"), os.environ.get("EDGEMARK_REQUIRE_OTEL"))
+
+
+def missing(what: str) -> None:
+    """Skips the calling module for ``what``, or fails where CI requires it."""
+    if required():
+        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM_OMNI/EDGEMARK_REQUIRE_OTEL is set but {what}")
+    pytest.skip(what, allow_module_level=True)
+
+
+def need_vllm_omni() -> None:
+    """Skips where vllm-omni is not installed (the plain test run): only
+    ``EDGEMARK_REQUIRE_VLLM_OMNI=1`` makes that a failure."""
+    if importlib.util.find_spec("vllm_omni") is None:
+        if os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI") == "1":
+            raise RuntimeError("EDGEMARK_REQUIRE_VLLM_OMNI=1 but vllm_omni is not installed")
+        pytest.skip("vllm-omni is not installed", allow_module_level=True)
+
+
+def phoenix_bin() -> str:
+    """Arize Phoenix's command, in the environment ``EDGEMARK_OTEL_VENV`` names."""
+    venv = os.environ.get("EDGEMARK_OTEL_VENV")
+    if not venv:
+        missing("EDGEMARK_OTEL_VENV is not set: no Phoenix")
+    p = os.path.join(venv, "bin", "phoenix")
+    if not os.path.isfile(p):
+        missing(f"arize-phoenix is not installed in {venv}")
+    return p
+
+
+def edgemark_bin() -> str:
+    """The ``edgemark`` command: ``EDGEMARK_CLI``, else the workspace's debug build."""
+    p = os.environ.get("EDGEMARK_CLI") or os.path.join(ROOT, "target", "debug", "edgemark")
+    if not os.path.isfile(p):
+        missing(f"no edgemark command at {p} (cargo build -p edgemark-cli, or set EDGEMARK_CLI)")
+    return p
+
+
+def wait_for(what: str, check, timeout: float, on_fail=lambda: ""):
+    """``check()``'s first true value, polled; an ``AssertionError`` naming
+    ``what`` (and ``on_fail()``) after ``timeout`` seconds: a bound on a
+    wait, never a timing that is asserted."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = check()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout}s for {what}\n{on_fail()}")
+        time.sleep(0.2)
+
+
+def http_get(url: str):
+    """``(status, body)``, or ``None`` while nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except Exception:  # noqa: BLE001 - not answering (yet)
+        return None
+
+
+def phoenix_spans(url: str, trace_id: str) -> list:
+    """The spans Phoenix at ``url`` holds for ``trace_id``."""
+    got = http_get(f"{url}/v1/projects/default/spans?trace_id={trace_id}&limit=1000")
+    if not got or got[0] != 200:
+        return []
+    return json.loads(got[1]).get("data") or []
+
+
+def metric(url: str, name: str) -> float:
+    """The value of the unlabelled sample ``name`` in the scrape at ``url``."""
+    got = http_get(url)
+    assert got and got[0] == 200, url
+    for line in got[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} in\n{got[1]}")
