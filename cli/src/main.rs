@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
+use edgemark::report::{METRICS, MetricKind, MetricValue};
 use edgemark::{Edge, Recorder, Viewer};
 
 use crate::ops::{LookTrust, Op, RecordArgs, StartArgs, TokenArg, Trust};
@@ -729,36 +730,41 @@ fn inspect(rec: &Viewer, json: bool) -> Result<()> {
     outln!("creator    pid {}", info.creator_pid);
     outln!("pids       {}", pids_text(info));
     outln!(
-        "occupancy  {} open, {} free",
-        report.occupancy.open_requests,
-        report.occupancy.free_slots
-    );
-    outln!("dropped    {} segments", counters.dropped_segments);
-    outln!(
-        "closed     ring of {} entries x {} bytes: {} unread, {} unacknowledged, {} acknowledged; \
-         lost {} unread (overwritten or torn), {} given up, {} overwritten while a reader held them \
-         and not settled (lost if it died)",
+        "ring       {} entries x {} bytes (of closed requests)",
         info.ring_entries,
-        info.ring_stride,
-        report.occupancy.closed_unread,
-        report.occupancy.closed_unacknowledged,
-        counters.closed_acknowledged,
-        counters.closed_lost,
-        counters.closed_given_up.total(),
-        counters
-            .closed_overwritten_taken
-            .saturating_sub(counters.closed_settled_overwritten)
+        info.ring_stride
     );
-    if counters.bad_trace_contexts > 0 {
-        outln!(
-            "traces     {} malformed contexts ignored",
-            counters.bad_trace_contexts
-        );
-    }
-    for (o, n) in &counters.refused {
-        if *n > 0 {
-            outln!("refused    {o}: {n}");
+    // Every counter and gauge of the report, by the table that names them
+    // in the JSON and on /metrics too; a count by reason with its nonzero
+    // reasons.
+    let width = METRICS.iter().map(|m| m.key.len()).max().unwrap_or(0);
+    for m in METRICS {
+        let kind = match m.kind {
+            MetricKind::Counter => "counter",
+            _ => "gauge",
+        };
+        let value = m.value(counters, &report.occupancy);
+        let mut shown = value.total().to_string();
+        if let MetricValue::ByLabel(by) = &value {
+            let nonzero: Vec<String> = by
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(l, n)| format!("{l} {n}"))
+                .collect();
+            if !nonzero.is_empty() {
+                shown = format!("{shown} ({})", nonzero.join(", "));
+            }
         }
+        outln!("{kind:<10} {:<width$} {shown}: {}", m.key, m.help);
+    }
+    let held = counters
+        .closed_overwritten_taken
+        .saturating_sub(counters.closed_settled_overwritten);
+    if held > 0 {
+        outln!(
+            "note       {held} closed requests overwritten while a reader held them are not \
+             settled: lost if that reader died"
+        );
     }
     for (t, s) in &open {
         outln!("open       {t} {}", serde_json::to_string(s)?);
