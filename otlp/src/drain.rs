@@ -123,7 +123,7 @@ pub(crate) async fn drain_loop(
                     Ok(d) => {
                         stats.update(|c| {
                             c.requests += d.taken as u64;
-                            c.lost += d.lost;
+                            c.torn_or_unwritten += d.lost;
                         });
                         took += d.taken;
                         // A close that began writing its entry and has not
@@ -137,7 +137,7 @@ pub(crate) async fn drain_loop(
                                     Some((held, since))
                                 } else {
                                     if reader.skip(claim) {
-                                        stats.update(|c| c.lost += 1);
+                                        stats.update(|c| c.torn_or_unwritten += 1);
                                         eprintln!(
                                             "edgemark: {}: a closed request was not written \
                                              within {} s (its closer died?): given up, counted as lost",
