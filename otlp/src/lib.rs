@@ -31,7 +31,8 @@
 //! post with exponential backoff for [`RETRY_FOR`]. A request is
 //! acknowledged to the region when the collector has accepted the post
 //! that carried it, and given up (counted by reason) when the collector
-//! refuses it or its retries run out. While the queue is full the drain
+//! refuses it, answers with a success too long to read
+//! ([`client::MAX_ANSWER`]), or its retries run out. While the queue is full the drain
 //! takes nothing: requests wait in the ring, and the ones the ring
 //! overwrites meanwhile are counted by the closes that overwrite them. So a
 //! collector that is down costs memory up to the bound and never blocks a

@@ -123,7 +123,7 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                     let (why, retry, asked) = match e {
                         PostError::Retry(w, after) => (w, true, after),
                         PostError::Tls(w) => (w, true, None),
-                        PostError::Refused(w) => (w, false, None),
+                        PostError::Refused(w) | PostError::Unreadable(w) => (w, false, None),
                     };
                     if !retry {
                         eprintln!(

@@ -38,7 +38,9 @@ pub struct Counts {
     /// [`RETRY_FOR`](crate::send::RETRY_FOR).
     pub dropped_retries: u64,
     /// Spans the collector refused (an answer that is not to be retried,
-    /// or rejected spans of a partial success).
+    /// or rejected spans of a partial success), and the spans of a post
+    /// answered with a success over the read limit
+    /// ([`MAX_ANSWER`](crate::client::MAX_ANSWER)), which are not sent again.
     pub dropped_rejected: u64,
     /// Posts that failed (each try).
     pub failures: u64,
@@ -167,7 +169,8 @@ impl Collector for Encoded {
         let family = self.family("edgemark_otlp_dropped_spans");
         let mut m = enc.encode_descriptor(
             &family,
-            "Spans not exported: retries ran out, or the collector refused them",
+            "Spans not exported: retries ran out, or the collector refused them (or answered a \
+             success too long to read)",
             None,
             MetricType::Counter,
         )?;
