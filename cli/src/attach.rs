@@ -15,7 +15,7 @@ pub(crate) fn attach(path: &Path, trust: Trust) -> Result<Recorder> {
 }
 
 /// An attach error as one line that names the file once.
-fn named(path: &Path, e: edgemark::AttachError) -> anyhow::Error {
+pub(crate) fn named(path: &Path, e: edgemark::AttachError) -> anyhow::Error {
     match e {
         // These name the path themselves.
         edgemark::AttachError::Io(..) | edgemark::AttachError::NotRegularFile(_) => anyhow!(e),
@@ -43,11 +43,10 @@ pub(crate) fn attach_for_reading(path: &Path) -> Result<Viewer> {
         .map_err(|e| named(path, e))
 }
 
-/// Attach to write without reading the clock: to export closed requests
-/// (taking them from the region's ring writes its read cursor, its
-/// entries' states and its reader table) and to reclaim. Neither begins a
-/// request nor records in `host_monotonic`, so a region of another boot or
-/// time namespace is no reason to refuse.
+/// Attach to write without reading the clock: to reclaim, which neither
+/// begins a request nor records in `host_monotonic`, so a region of another
+/// boot or time namespace is no reason to refuse. (The OTLP exporter
+/// attaches its region itself, the same way.)
 pub(crate) fn attach_clockless(path: &Path, trust: Trust) -> Result<Recorder> {
     trust
         .options()

@@ -4,14 +4,16 @@
 //! `attach.rs` attaches a region as a command needs it, `inspect.rs`
 //! renders the report, `remove.rs` holds the rule for removing a region
 //! left behind, `ops.rs` the commands on one region that `batch` shares,
-//! `export.rs` the `export` command and `serve.rs` its `/metrics` server, `demo/` and `views/` the demo and the
-//! views; `out.rs` writes standard output.
+//! `export.rs` the `export` command and `serve.rs` its `/metrics` server,
+//! `notes.rs` shows the libraries' notes, `demo/` and `views/` the demo
+//! and the views; `out.rs` writes standard output.
 
 mod attach;
 mod command;
 mod demo;
 mod export;
 mod inspect;
+mod notes;
 mod ops;
 mod out;
 mod remove;
@@ -27,6 +29,7 @@ use crate::command::Cli;
 
 fn main() {
     let cli = Cli::parse();
+    notes::install();
     let code = match run::run(cli).and_then(|code| {
         out::flush()?;
         Ok(code)

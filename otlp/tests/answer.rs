@@ -1,68 +1,13 @@
 //! The collector's answer as the exporter judges it, against a local
 //! server that answers every post the same way.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::Duration;
 
-use edgemark::{Edge, Event, Mark, Recorder};
+use common::{collector, region_with_closed, wait_for};
+use edgemark_otlp::Exporter;
 use edgemark_otlp::client::MAX_ANSWER;
-use edgemark_otlp::{Config, Exporter};
-
-/// A collector on a free local port that reads each post and answers it
-/// with `status` and a body of `body_len` bytes; counts the posts.
-fn collector(status: &'static str, body_len: usize) -> (String, Arc<Mutex<usize>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let posts = Arc::new(Mutex::new(0));
-    let counted = Arc::clone(&posts);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { continue };
-            let counted = Arc::clone(&counted);
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(&conn);
-                loop {
-                    // The head, then the body its Content-Length says.
-                    let mut len = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.to_ascii_lowercase();
-                        if let Some(v) = l.strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap();
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    *counted.lock().unwrap() += 1;
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/x-protobuf\r\n\
-                         content-length: {body_len}\r\n\r\n"
-                    );
-                    // The exporter stops reading at its limit and closes
-                    // the connection: the rest of the write fails.
-                    let mut out = &conn;
-                    if out.write_all(head.as_bytes()).is_err()
-                        || out.write_all(&vec![0u8; body_len]).is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, posts)
-}
 
 /// Closes one request with a value on one edge (two spans) into a region
 /// at a temporary path, exports it to `url`, and waits until the region
@@ -71,41 +16,21 @@ fn collector(status: &'static str, body_len: usize) -> (String, Arc<Mutex<usize>
 fn export_one(url: &str) -> (edgemark_otlp::stats::Counts, edgemark::report::Counters) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
-    let rec = Recorder::builder().edge(0, 1).create(&path).unwrap();
-    let t = rec.begin().unwrap();
-    rec.record(
-        t,
-        Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit),
-    );
-    rec.close(t);
-    let env = |k: &str| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "10".to_owned());
-    let config = Config::new(Some(url), env).unwrap();
-    let again = path.clone();
-    let exporter = Exporter::start(
-        config,
-        Recorder::attach(&path).unwrap(),
-        path.clone(),
-        Box::new(move || Recorder::attach(&again).map_err(Into::into)),
-        None,
-        None,
-    )
-    .unwrap();
+    let rec = region_with_closed(&path, 1);
+    let exporter = Exporter::builder(&path)
+        .with_endpoint(url)
+        .with_env(|_| None)
+        .with_schedule_delay(Duration::from_millis(10))
+        .start()
+        .unwrap();
     let stats = exporter.stats();
-    // A bound only against a hang: the request is settled by the answer to
-    // its first post.
-    let give_up = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
+    // Settled by the answer to its first post.
+    wait_for("the request acknowledged or given up", || {
         let c = rec.counters();
-        if c.closed_acknowledged + c.closed_given_up.total() > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the request was neither acknowledged nor given up: {:?}",
-            stats.counts()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        (c.closed_acknowledged + c.closed_given_up.total() > 0).then_some(())
+    });
+    exporter.stopper().stop();
+    assert!(exporter.join());
     // The counts are updated before the request is settled.
     (stats.counts(), rec.counters())
 }
