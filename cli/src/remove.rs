@@ -24,8 +24,9 @@ enum Verdict {
     Remove,
 }
 
-/// The rule: `creator_alive` as [`Recorder::creator_alive`] says it, `open`
-/// the requests open now.
+/// The rule: `creator_alive` as
+/// [`Viewer::creator_alive`](edgemark::Viewer::creator_alive) says it,
+/// `open` the requests open now.
 fn judge(creator_alive: Option<bool>, open: usize) -> Verdict {
     match creator_alive {
         None => Verdict::KeepUnjudged,
