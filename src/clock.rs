@@ -61,7 +61,70 @@ fn time_namespace() -> Option<u64> {
         .map(|m| m.ino())
 }
 
-pub use crate::word::Clock;
+/// The kind of a region's shared clock, and its header word (H_CLOCK_KIND):
+/// what the clock-reading
+/// [`Recorder::record`](crate::Recorder::record) reads. A region has exactly
+/// one; its `host_monotonic` domain holds values of that clock only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Clock {
+    /// `CLOCK_MONOTONIC` through the vDSO (the default).
+    #[default]
+    Monotonic,
+    /// The x86_64 time-stamp counter, read with `lfence; rdtsc` and
+    /// converted with a rate calibrated against `CLOCK_MONOTONIC` when the
+    /// region was created. Only where the kernel itself trusts the counter
+    /// (its clocksource is `tsc`, and the CPU has `constant_tsc` and
+    /// `nonstop_tsc`); elsewhere a region asked for it is created with
+    /// [`Clock::Monotonic`] instead. See `docs/design.md`, "The counter
+    /// clock".
+    Counter,
+}
+
+impl Clock {
+    /// The clock-kind word of the header.
+    pub(crate) fn word(self) -> u64 {
+        match self {
+            Clock::Monotonic => 0,
+            Clock::Counter => 1,
+        }
+    }
+
+    /// The kind a header word names, if any.
+    pub(crate) fn from_word(w: u64) -> Option<Clock> {
+        match w {
+            0 => Some(Clock::Monotonic),
+            1 => Some(Clock::Counter),
+            _ => None,
+        }
+    }
+
+    /// `"monotonic"` or `"counter"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Monotonic => "monotonic",
+            Clock::Counter => "counter",
+        }
+    }
+}
+
+impl std::fmt::Display for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Clock {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Clock, String> {
+        match s {
+            "monotonic" => Ok(Clock::Monotonic),
+            "counter" => Ok(Clock::Counter),
+            _ => Err(format!(
+                "unknown clock {s:?}; expected \"monotonic\" or \"counter\""
+            )),
+        }
+    }
+}
 
 /// The environment variable that makes a process distrust the counter (set
 /// to `1`): regions it creates use `CLOCK_MONOTONIC`, and in counter regions
@@ -219,6 +282,18 @@ impl CounterScale {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_kind_round_trips_through_its_header_word_and_its_name() {
+        for kind in [Clock::Monotonic, Clock::Counter] {
+            assert_eq!(Clock::from_word(kind.word()), Some(kind));
+            assert_eq!(kind.name().parse::<Clock>(), Ok(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!(Clock::from_word(2), None);
+        assert!("tsc".parse::<Clock>().is_err());
+        assert_eq!(Clock::default(), Clock::Monotonic);
+    }
 
     /// The exact microseconds in `ticks` at `rate` ticks per 2^32 ns.
     fn exact_us(ticks: u64, rate: u64) -> f64 {

@@ -40,7 +40,7 @@ pub(crate) const H_CREATOR_PID: usize = 16;
 pub(crate) const H_FLAGS: usize = 17;
 /// The creator's pid namespace (inode of `/proc/self/ns/pid`, 0 if none).
 pub(crate) const H_PID_NS: usize = 18;
-/// The kind of the region's shared clock ([`crate::word::Clock::word`]).
+/// The kind of the region's shared clock ([`crate::clock::Clock::word`]).
 pub(crate) const H_CLOCK_KIND: usize = 19;
 /// A counter region's calibrated rate: counter ticks per 2^32 ns
 /// ([`crate::clock::RATE_BITS`]); 0 in a monotonic region.
@@ -307,7 +307,7 @@ pub enum GeometryError {
     /// A counter rate that the region's clock kind cannot have.
     CounterRate {
         /// The region's clock kind.
-        clock: crate::word::Clock,
+        clock: crate::clock::Clock,
         /// The rate word.
         rate: u64,
     },

@@ -69,8 +69,8 @@
 //!   [`clock::ClockIdentity`], [`clock::monotonic_ns`],
 //!   [`clock::DISTRUST_COUNTER_ENV`]).
 //! - [`report`]: what a region says about itself and its closed requests
-//!   ([`report::RegionInfo`], [`report::Counters`],
-//!   [`report::EdgeHistogram`], [`report::Histogram`],
+//!   ([`report::RegionInfo`], [`report::Counters`], [`report::METRICS`]
+//!   (the one table of its counters and gauges), [`report::EdgeHistogram`], [`report::Histogram`],
 //!   [`report::BUCKETS_MS`], [`report::ReclaimReport`],
 //!   [`report::Owner`], [`report::PidsUnjudged`]).
 //! - [`trace`]: past one host: a request's W3C trace context

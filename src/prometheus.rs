@@ -4,13 +4,15 @@
 //! Every call reads the region afresh: the histograms of closed requests
 //! (kept in the region by the close that ended each request, so each request
 //! is counted exactly once however often it is scraped, and nothing is lost
-//! or repeated when the server restarts), the refusal counters and the
-//! ring's counters of closed requests (lost, acknowledged, given up,
-//! overwritten while a reader held them), a sweep of the slots for the
-//! open-request and free-slot gauges, and a pass over the ring for its
-//! unread, unacknowledged and reader gauges. Labels are bounded: an edge,
-//! an event, a reason; never a request. Times are in seconds, as
-//! Prometheus names them.
+//! or repeated when the server restarts), then the counters and gauges of
+//! the region's report, one family per row of [`METRICS`] (the table that
+//! also names them in `inspect --json` and Python's `Region.report()`):
+//! the refusal counters, the ring's counters of closed requests (lost,
+//! acknowledged, given up, overwritten while a reader held them), a sweep
+//! of the slots for the open-request and free-slot gauges, and a pass over
+//! the ring for its unread, unacknowledged and reader gauges. Labels are
+//! bounded: an edge, an event, a reason; never a request. Times are in
+//! seconds, as Prometheus names them.
 //!
 //! The text is encoded by `prometheus-client`, in one of the two formats
 //! Prometheus reads: OpenMetrics, or the classic text format that older
@@ -51,7 +53,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::recorder::Viewer;
 use crate::region::SweepError;
-use crate::report::{Counters, EdgeHistogram, Occupancy};
+use crate::report::{Counters, EdgeHistogram, METRICS, MetricKind, MetricValue, Occupancy};
 
 /// A text format Prometheus reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,8 +204,9 @@ pub fn render_with(
 
 /// What one scrape read of a region: everything it shows, read before any
 /// of it is encoded. The counters and gauges are the parts of the region's
-/// [`RegionReport`](crate::report::RegionReport), the values `inspect --json` and Python's
-/// `Region.report()` show under the same names.
+/// [`RegionReport`](crate::report::RegionReport), each shown as its row of
+/// [`METRICS`] names it, the row that also names it in `inspect --json`
+/// and Python's `Region.report()`.
 #[derive(Debug)]
 struct Read {
     hists: Vec<EdgeHistogram>,
@@ -264,87 +267,6 @@ impl Collector for ScrapeCollector {
         )?;
         if let Some(read) = &self.read {
             read.encode(&mut enc, format)?;
-            let c = &read.counters;
-            counter(
-                &mut enc,
-                "edgemark_closed_requests",
-                "Requests closed",
-                c.closed_requests,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_reclaimed_requests",
-                "Requests of dead owners freed by a reclaim",
-                c.reclaimed_requests,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_dropped_segments",
-                "Segments that left a request's window of kept segments",
-                c.dropped_segments,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_closed_lost",
-                "Closed requests that left the ring of closed requests unread (a reader a ring behind, or a torn entry)",
-                c.closed_lost,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_closed_acknowledged",
-                "Closed requests a registered reader of the ring acknowledged (its receiver has them)",
-                c.closed_acknowledged,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_closed_overwritten_taken",
-                "Closed requests the ring overwrote while a registered reader held them unsettled",
-                c.closed_overwritten_taken,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_closed_settled_overwritten",
-                "Of those overwritten while held, the ones their reader settled afterwards (the rest left with readers that died)",
-                c.closed_settled_overwritten,
-            )?;
-            counter(
-                &mut enc,
-                "edgemark_bad_trace_contexts",
-                "Malformed trace contexts ignored at begin (their requests began in a new trace)",
-                c.bad_trace_contexts,
-            )?;
-            gauge(
-                &mut enc,
-                "edgemark_open_requests",
-                "Requests open now",
-                i64::from(read.occupancy.open_requests),
-            )?;
-            gauge(
-                &mut enc,
-                "edgemark_free_slots",
-                "Slots free now",
-                i64::from(read.occupancy.free_slots),
-            )?;
-            // Counted in one pass over the ring's entries (at most 2^20) and
-            // the reader table (8 words): they always fit an i64.
-            gauge(
-                &mut enc,
-                "edgemark_closed_unread",
-                "Entries of the ring of closed requests published and not yet taken by a reader",
-                i64::try_from(read.occupancy.closed_unread).unwrap_or(i64::MAX),
-            )?;
-            gauge(
-                &mut enc,
-                "edgemark_closed_unacknowledged",
-                "Entries of the ring a registered reader took and has not yet acknowledged or given up",
-                i64::try_from(read.occupancy.closed_unacknowledged).unwrap_or(i64::MAX),
-            )?;
-            gauge(
-                &mut enc,
-                "edgemark_closed_readers",
-                "Readers registered in the ring's reader table",
-                i64::try_from(read.occupancy.closed_readers).unwrap_or(i64::MAX),
-            )?;
         }
         for c in &self.counters {
             counter(&mut enc, c.name, c.help, c.value)?;
@@ -354,8 +276,7 @@ impl Collector for ScrapeCollector {
 }
 
 impl Read {
-    /// The histogram families and the counter families with a reason
-    /// label.
+    /// The histogram families, then the report's counters and gauges.
     fn encode(&self, enc: &mut DescriptorEncoder<'_>, format: Format) -> std::fmt::Result {
         {
             let (family, unit) = format.family("edgemark_boundary_elapsed", Kind::Seconds);
@@ -390,29 +311,30 @@ impl Read {
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        {
-            let (family, unit) = format.family("edgemark_refused_records", Kind::Counter);
-            let mut family = enc.encode_descriptor(
-                &family,
-                "Records refused, by reason (duplicates and not-meaningful payloads are not counted)",
-                unit,
-                MetricType::Counter,
-            )?;
-            for (o, n) in &self.counters.refused {
-                let labels = [("reason", o.name())];
-                format.counter_sample(family.encode_family(&labels)?, *n)?;
+        // The report's counters and gauges, one family per row of the
+        // table that also names them in the JSON and `inspect`.
+        for m in METRICS {
+            let (kind, metric_type) = match m.kind {
+                MetricKind::Counter => (Kind::Counter, MetricType::Counter),
+                MetricKind::Gauge => (Kind::Gauge, MetricType::Gauge),
+            };
+            let (family, unit) = format.family(m.prometheus, kind);
+            let sample = |m: MetricEncoder<'_>, v: u64| match kind {
+                // Counted in one pass over the slots (at most 2^20), the
+                // ring's entries (at most 2^20) or the reader table (8
+                // words): they always fit an i64.
+                Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+                _ => format.counter_sample(m, v),
+            };
+            let mut family = enc.encode_descriptor(&family, m.help, unit, metric_type)?;
+            match (m.value(&self.counters, &self.occupancy), m.label) {
+                (MetricValue::ByLabel(v), Some(label)) => {
+                    for (value, n) in v {
+                        sample(family.encode_family(&[(label, value)])?, n)?;
+                    }
+                }
+                (v, _) => sample(family, v.total())?,
             }
-        }
-        let (family, unit) = format.family("edgemark_closed_given_up", Kind::Counter);
-        let mut family = enc.encode_descriptor(
-            &family,
-            "Closed requests a registered reader of the ring took and gave up on, by reason",
-            unit,
-            MetricType::Counter,
-        )?;
-        for (reason, n) in self.counters.closed_given_up.by_reason() {
-            let labels = [("reason", reason)];
-            format.counter_sample(family.encode_family(&labels)?, n)?;
         }
         Ok(())
     }
@@ -493,6 +415,32 @@ mod tests {
         );
         // The server's counters come last, before the end of an OpenMetrics text.
         assert!(om.ends_with("my_reloads_total 7\n# EOF\n"));
+    }
+
+    #[test]
+    fn every_row_of_the_report_table_is_a_family_in_both_formats() {
+        let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+        rec.close(rec.begin().unwrap());
+        for format in [Format::OpenMetrics, Format::Text] {
+            let text = render(&rec, format);
+            for m in METRICS {
+                let (family, kind) = match (format, m.kind) {
+                    (Format::Text, MetricKind::Counter) => {
+                        (format!("{}_total", m.prometheus), "counter")
+                    }
+                    (_, MetricKind::Counter) => (m.prometheus.to_owned(), "counter"),
+                    (_, MetricKind::Gauge) => (m.prometheus.to_owned(), "gauge"),
+                };
+                let described = format!("# HELP {family} {}\n# TYPE {family} {kind}\n", m.help);
+                assert!(text.contains(&described), "{described} in\n{text}");
+            }
+        }
+        let text = render(&rec, Format::Text);
+        assert!(
+            text.contains("\nedgemark_closed_requests_total 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nedgemark_free_slots 4096\n"), "{text}");
     }
 
     #[test]

@@ -141,7 +141,7 @@ fn main() {
     let capacity = run(&rec, metrics, produce_for, None);
     println!(
         "otlp export into rotel: {} requests closed in {:.1} s; {} exported ({} spans) \
-         in {:.2} s = {:.0} closed requests/s; ring lost {}, spans dropped {}",
+         in {:.2} s = {:.0} closed requests/s; closed_lost {}, spans dropped {}",
         capacity.closed,
         produce_for.as_secs_f64(),
         capacity.exported,
@@ -166,7 +166,7 @@ fn main() {
         println!(
             "otlp overload {k}x ({:.0} closes/s): {} closed, {} delivered ({:.0} %), \
              {:.0} requests/s out while closing = {:.0} % of capacity, {:.0} spans/s; \
-             ring lost {}",
+             closed_lost {}",
             k * c,
             r.closed,
             r.exported,

@@ -989,13 +989,15 @@ fn begin_takes_a_traceparent_and_traceparent_prints_the_requests_own() {
 }
 
 /// The region's report has one encoding: `inspect --json` prints the
-/// library's `RegionReport` key by key, and the Prometheus text shows its
-/// counters and occupancy under the same values. (Python's
+/// library's `RegionReport` key by key, and the Prometheus text and the
+/// `inspect` text show every row of its table of counters and gauges
+/// (`edgemark::report::METRICS`) with the same values. (Python's
 /// `Region.report()` is checked against `inspect --json` in
 /// python/tests/test_report.py.)
 #[test]
 fn inspect_json_and_the_scrape_say_what_the_report_says() {
     use edgemark::prometheus::{self, Format};
+    use edgemark::report::{METRICS, MetricKind, MetricValue};
     use edgemark::{Edge, Event, GiveUp, Mark, Recorder};
 
     let dir = tempfile::tempdir().unwrap();
@@ -1113,6 +1115,9 @@ fn inspect_json_and_the_scrape_say_what_the_report_says() {
     );
     assert_eq!(got["clock"]["shared_with_this_process"], true);
 
+    // Every row of the report's table, in each output: the JSON under its
+    // key, the Prometheus text under its family (each reason a sample), the
+    // `inspect` text on a line of its own with its total.
     let text = prometheus::render(&rec, Format::Text);
     let sample = |line: &str| -> u64 {
         let hits: Vec<u64> = text
@@ -1122,38 +1127,91 @@ fn inspect_json_and_the_scrape_say_what_the_report_says() {
         assert_eq!(hits.len(), 1, "{line} in\n{text}");
         hits[0]
     };
-    for (o, n) in &c.refused {
-        let line = format!("edgemark_refused_records_total{{reason=\"{}\"}}", o.name());
-        assert_eq!(sample(&line), *n, "{line}");
-        assert_eq!(want["refused"][o.name()], *n);
-    }
-    for (reason, n) in g.by_reason() {
-        let line = format!("edgemark_closed_given_up_total{{reason=\"{reason}\"}}");
-        assert_eq!(sample(&line), n, "{line}");
-        assert_eq!(want["closed_given_up"][reason], n);
-    }
-    for (family, key) in [
-        ("edgemark_closed_requests_total", "closed_requests"),
-        ("edgemark_reclaimed_requests_total", "reclaimed_requests"),
-        ("edgemark_dropped_segments_total", "dropped_segments"),
-        ("edgemark_closed_lost_total", "closed_lost"),
-        ("edgemark_closed_acknowledged_total", "closed_acknowledged"),
-        (
-            "edgemark_closed_overwritten_taken_total",
-            "closed_overwritten_taken",
-        ),
-        (
-            "edgemark_closed_settled_overwritten_total",
-            "closed_settled_overwritten",
-        ),
-        ("edgemark_bad_trace_contexts_total", "bad_trace_contexts"),
-        ("edgemark_open_requests", "open_requests"),
-        ("edgemark_free_slots", "free_slots"),
-        ("edgemark_closed_unread", "closed_unread"),
-        ("edgemark_closed_unacknowledged", "closed_unacknowledged"),
-        ("edgemark_closed_readers", "closed_readers"),
-    ] {
-        assert_eq!(Some(sample(family)), want[key].as_u64(), "{family}");
+    let shown = stdout(&edgemark(&["inspect", path.to_str().unwrap()]));
+    // The report's keys after its info's are the table's, in its order.
+    let info = serde_json::to_value(&report.info).unwrap();
+    let rest: Vec<&str> = want
+        .keys()
+        .map(String::as_str)
+        .filter(|k| info.get(k).is_none())
+        .collect();
+    assert_eq!(rest, METRICS.iter().map(|m| m.key).collect::<Vec<_>>());
+    for m in METRICS {
+        let value = m.value(&report.counters, &report.occupancy);
+        let (family, kind) = match m.kind {
+            MetricKind::Counter => (format!("{}_total", m.prometheus), "counter"),
+            _ => (m.prometheus.to_owned(), "gauge"),
+        };
+        assert!(
+            text.contains(&format!(
+                "# HELP {family} {}\n# TYPE {family} {kind}\n",
+                m.help
+            )),
+            "{family} in\n{text}"
+        );
+        match (&value, m.label) {
+            (MetricValue::ByLabel(by), Some(label)) => {
+                assert!(!by.is_empty(), "{}", m.key);
+                for (reason, n) in by {
+                    let line = format!("{family}{{{label}=\"{reason}\"}}");
+                    assert_eq!(sample(&line), *n, "{line}");
+                    assert_eq!(want[m.key][*reason], *n, "{} {reason}", m.key);
+                }
+                assert_eq!(want[m.key].as_object().unwrap().len(), by.len());
+            }
+            (MetricValue::One(n), None) => {
+                assert_eq!(sample(&family), *n, "{family}");
+                assert_eq!(want[m.key], *n, "{}", m.key);
+            }
+            other => panic!("{}: {other:?}", m.key),
+        }
+        let line = shown
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(m.key))
+            .unwrap_or_else(|| panic!("{} in\n{shown}", m.key));
+        let total = line.split_whitespace().nth(2).unwrap();
+        assert_eq!(
+            total.trim_end_matches(':'),
+            value.total().to_string(),
+            "{line}"
+        );
     }
     drop(reader);
+}
+
+/// docs/cli.md's table of the report's counters and gauges is the
+/// library's (`edgemark::report::METRICS`), row for row: a counter added to
+/// the table and not to the docs, or the other way round, fails here, with
+/// the rows to paste.
+#[test]
+fn the_docs_list_every_counter_of_the_report_as_the_library_names_it() {
+    use edgemark::report::{METRICS, MetricKind};
+
+    let rows: String = METRICS
+        .iter()
+        .map(|m| {
+            let (family, kind) = match m.kind {
+                MetricKind::Counter => (format!("{}_total", m.prometheus), "counter"),
+                _ => (m.prometheus.to_owned(), "gauge"),
+            };
+            let (key, family) = match m.label {
+                Some(l) => (
+                    format!("`{}` (by {l})", m.key),
+                    format!("`{family}{{{l}}}`"),
+                ),
+                None => (format!("`{}`", m.key), format!("`{family}`")),
+            };
+            format!("| {key} | {family} | {kind} | {} |\n", m.help)
+        })
+        .collect();
+    let table = format!(
+        "| key (JSON, Python, `inspect`) | Prometheus | kind | what it counts |\n\
+         |---|---|---|---|\n{rows}\n"
+    );
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
+    assert!(
+        docs.contains(&table),
+        "docs/cli.md should hold the table of the report's counters as:\n{table}"
+    );
 }

@@ -18,7 +18,8 @@ use prost::Message as _;
 use crate::Config;
 
 /// The most of an answer's body that is read: the exporter spec's
-/// recommendation (4 MiB).
+/// recommendation (4 MiB). A success whose body is longer is a failure,
+/// not retried, as the OpenTelemetry Java and Go exporters take it.
 pub const MAX_ANSWER: usize = 4 << 20;
 /// The longest `Retry-After` honoured.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -84,6 +85,11 @@ pub(crate) enum PostError {
     Tls(String),
     /// Not: the collector refused the batch.
     Refused(String),
+    /// Not: the collector answered with a success whose body is over
+    /// [`MAX_ANSWER`]. Whether it took the spans cannot be read, so they
+    /// are not sent again (a second copy may be one too many) and not
+    /// counted as exported: the post is a failure, and its spans dropped.
+    Unreadable(String),
 }
 
 /// One connection to the collector, made again after any failure.
@@ -248,10 +254,18 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(retry_after);
         // The answer is read up to MAX_ANSWER bytes, as the exporter spec
-        // asks: a larger one is cut there (and, for a success, taken as
-        // one that rejects nothing).
+        // asks. A success over that is a failure not to be retried (what
+        // it says cannot be read); a failure's body is only its message,
+        // so a longer one is read as none, and the status decides.
         let body = match Limited::new(resp.into_body(), MAX_ANSWER).collect().await {
             Ok(b) => b.to_bytes(),
+            Err(e) if e.is::<LengthLimitError>() && status.is_success() => {
+                return Err(PostError::Unreadable(format!(
+                    "the collector answered {status} with a body over {} MiB: \
+                     taken as a failure, not retried",
+                    MAX_ANSWER >> 20
+                )));
+            }
             Err(e) if e.is::<LengthLimitError>() => Bytes::new(),
             Err(e) => return Err(retry("the answer was cut", &e)),
         };

@@ -1,5 +1,6 @@
-//! Where and how to send: `--otlp`'s URL and the standard `OTEL_*`
-//! variables, each name beside its default.
+//! Where and how to send: the endpoint given (the exporter's builder's
+//! [`with_endpoint`](crate::ExporterBuilder::with_endpoint)) and the
+//! standard `OTEL_*` variables, each name beside its default.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -88,18 +89,31 @@ pub const RESOURCE_VAR: &str = "OTEL_RESOURCE_ATTRIBUTES";
 
 /// A setting that cannot be used: what is wrong and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(String);
+pub struct ConfigError {
+    message: String,
+    /// No endpoint was given and none is set in the environment.
+    missing_endpoint: bool,
+}
+
+impl ConfigError {
+    /// Whether it says that no endpoint was given and none is set in the
+    /// environment (a program may say so in its own terms: which option
+    /// gives one).
+    pub fn is_missing_endpoint(&self) -> bool {
+        self.missing_endpoint
+    }
+}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl std::error::Error for ConfigError {}
 
 macro_rules! err {
-    ($($t:tt)*) => { ConfigError(format!($($t)*)) };
+    ($($t:tt)*) => { ConfigError { message: format!($($t)*), missing_endpoint: false } };
 }
 
 macro_rules! bail {
@@ -117,8 +131,8 @@ impl<T, E: fmt::Display> Context<T> for Result<T, E> {
     }
 }
 
-/// Where and how to send: the command's `--otlp` and the standard
-/// `OTEL_*` variables.
+/// Where and how to send: the endpoint given and the standard `OTEL_*`
+/// variables, with what the exporter's builder sets over them.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The traces URL posted to, as given or built.
@@ -479,10 +493,44 @@ impl Config {
 
     /// Settings that were ignored (a number that does not parse: its
     /// default is used; a certificate variable with an `http://` URL),
-    /// each with why, for the caller to show.
+    /// each with why. The exporter logs each at start (`log`, warning).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
+
+    /// The longest a batch waits to fill (`OTEL_BSP_SCHEDULE_DELAY`).
+    pub fn schedule_delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// This configuration with what a builder set over the environment's.
+    pub(crate) fn overridden(mut self, o: &Overrides) -> Config {
+        if let Some(t) = o.timeout {
+            // A post needs some time: no zero.
+            self.timeout = t.max(Duration::from_millis(1));
+        }
+        if let Some(d) = o.schedule_delay {
+            self.delay = d;
+        }
+        if let Some(q) = o.queue {
+            self.queue = q.max(1);
+        }
+        if let Some(b) = o.batch {
+            self.batch = b.max(1);
+        }
+        // A batch larger than the queue could never fill.
+        self.batch = self.batch.min(self.queue);
+        self
+    }
+}
+
+/// What the exporter's builder sets over the environment's settings.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Overrides {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) schedule_delay: Option<Duration>,
+    pub(crate) batch: Option<usize>,
+    pub(crate) queue: Option<usize>,
 }
 
 /// Headers the exporter sets itself, which the header variables cannot
@@ -536,10 +584,10 @@ fn check_url(url: &str) -> Result<String, ConfigError> {
 }
 
 impl Config {
-    /// The configuration from `--otlp`'s URL (`None` or empty: none given)
-    /// and the variables `env` reads.
+    /// The configuration from the collector's base URL `endpoint` (`None`
+    /// or empty: none given) and the variables `env` reads.
     ///
-    /// The traces URL is `--otlp`'s base URL with `/v1/traces` appended;
+    /// The traces URL is `endpoint` with `/v1/traces` appended;
     /// without one, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` with `/v1/traces` appended. Headers,
     /// timeout, protocol and compression come from
@@ -554,7 +602,7 @@ impl Config {
     /// path. With an `http://` URL those variables are not read: each one
     /// set is a [warning](Config::warnings).
     pub fn new(
-        flag: Option<&str>,
+        endpoint: Option<&str>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         // `/v1/traces` goes after the base's path, before its query.
@@ -564,16 +612,22 @@ impl Config {
             }
             None => format!("{}/v1/traces", base.trim_end_matches('/')),
         };
-        let url = match flag.map(str::trim).filter(|u| !u.is_empty()) {
+        let url = match endpoint.map(str::trim).filter(|u| !u.is_empty()) {
             Some(base) => join(base),
             None => match first(&env, &[TRACES_ENDPOINT_VAR]) {
                 Some((_, u)) => u,
                 None => match first(&env, &[ENDPOINT_VAR]) {
                     Some((_, base)) => join(&base),
-                    None => bail!(
-                        "--otlp needs the collector's URL (for example http://127.0.0.1:4318), \
-                         or OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set"
-                    ),
+                    None => {
+                        return Err(ConfigError {
+                            message: format!(
+                                "no collector URL: none given, and neither {ENDPOINT_VAR} nor \
+                                 {TRACES_ENDPOINT_VAR} is set (for example \
+                                 {ENDPOINT_VAR}=http://127.0.0.1:4318)"
+                            ),
+                            missing_endpoint: true,
+                        });
+                    }
                 },
             },
         };

@@ -2,17 +2,20 @@
 //! registered reader, as many as the queue has room for, adopts what
 //! exporters before it left, and turns them into queued spans.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgemark::ClosedReader;
 use edgemark::trace::ClosedRequest;
 
+use crate::config::Config;
+use crate::exporter::FLUSH_DEADLINE;
 use crate::follow::file_identity;
 use crate::mapping::{Naming, request_spans};
 use crate::queue::Queued;
-use crate::{Config, FLUSH_DEADLINE, Reattach, Shared, Stats};
+use crate::region::RegionFile;
+use crate::shared::Shared;
+use crate::stats::Stats;
 
 /// Closed requests taken from the ring by one drain call.
 const DRAIN_MAX: usize = 256;
@@ -28,16 +31,16 @@ const POLL: Duration = Duration::from_millis(50);
 const SAMPLED: u8 = 0x01;
 
 /// Takes closed requests into the queue, as many as it has room for,
-/// until the deadline or a signal.
+/// until the deadline or a stop.
 pub(crate) async fn drain_loop(
     config: &Config,
     mut reader: Arc<ClosedReader>,
-    path: &Path,
-    reattach: Reattach,
+    file: &RegionFile,
     stats: &Stats,
     shared: &Shared,
     deadline: Option<Instant>,
 ) {
+    let path = file.path();
     let mut naming = Naming::of(reader.recorder());
     let mut id = file_identity(path).ok();
     let mut checked = Instant::now();
@@ -52,10 +55,7 @@ pub(crate) async fn drain_loop(
             return;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            shared
-                .stop_by
-                .set(Some(Instant::now() + FLUSH_DEADLINE.min(config.timeout)));
-            shared.wake.notify_waiters();
+            shared.stop(Instant::now() + FLUSH_DEADLINE.min(config.timeout));
             return;
         }
         // Another file at the path, or a drain that failed: attach again.
@@ -63,14 +63,15 @@ pub(crate) async fn drain_loop(
             checked = Instant::now();
             let now = file_identity(path).ok();
             if failing.is_some() || (now.is_some() && now != id) {
-                match reattach().and_then(|r| {
+                let attached = file.attach().map_err(|e| file.describe(&e)).and_then(|r| {
                     r.closed_reader()
-                        .map_err(|e| format!("cannot export closed requests: {e}").into())
-                }) {
+                        .map_err(|e| format!("cannot export closed requests: {e}"))
+                });
+                match attached {
                     Ok(r) => {
                         if failing.take().is_some() || now != id {
-                            eprintln!(
-                                "edgemark: {}: attached again; exporting its closed requests",
+                            log::info!(
+                                "{}: attached again; exporting its closed requests",
                                 path.display()
                             );
                         }
@@ -80,10 +81,9 @@ pub(crate) async fn drain_loop(
                         adopted_at = None;
                         pending = None;
                     }
-                    Err(e) => {
-                        let why = e.to_string();
+                    Err(why) => {
                         if failing.as_deref() != Some(why.as_str()) {
-                            eprintln!("edgemark: OTLP export: {why}; trying again every second");
+                            log::warn!("OTLP export: {why}; trying again every second");
                         }
                         failing = Some(why);
                     }
@@ -97,8 +97,8 @@ pub(crate) async fn drain_loop(
                 closed.clear();
                 let n = reader.adopt(&mut closed);
                 if n > 0 {
-                    eprintln!(
-                        "edgemark: {}: {n} closed requests that an exporter before this one \
+                    log::info!(
+                        "{}: {n} closed requests that an exporter before this one \
                          took and did not send: sending them",
                         path.display()
                     );
@@ -123,7 +123,7 @@ pub(crate) async fn drain_loop(
                     Ok(d) => {
                         stats.update(|c| {
                             c.requests += d.taken as u64;
-                            c.lost += d.lost;
+                            c.torn_or_unwritten += d.lost;
                         });
                         took += d.taken;
                         // A close that began writing its entry and has not
@@ -137,9 +137,9 @@ pub(crate) async fn drain_loop(
                                     Some((held, since))
                                 } else {
                                     if reader.skip(claim) {
-                                        stats.update(|c| c.lost += 1);
-                                        eprintln!(
-                                            "edgemark: {}: a closed request was not written \
+                                        stats.update(|c| c.torn_or_unwritten += 1);
+                                        log::warn!(
+                                            "{}: a closed request was not written \
                                              within {} s (its closer died?): given up, counted as lost",
                                             path.display(),
                                             PENDING_GIVE_UP.as_secs()
@@ -157,7 +157,7 @@ pub(crate) async fn drain_loop(
                     }
                     Err(e) => {
                         let why = format!("cannot drain closed requests: {e}");
-                        eprintln!("edgemark: {}: {why}; attaching again", path.display());
+                        log::warn!("{}: {why}; attaching again", path.display());
                         failing = Some(why);
                         break;
                     }

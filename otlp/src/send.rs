@@ -9,9 +9,11 @@ use hyper::body::Bytes;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use crate::client::{Client, PostError};
+use crate::config::Config;
 use crate::envelope::body;
 use crate::queue::Queued;
-use crate::{Config, Shared, Stats};
+use crate::shared::Shared;
+use crate::stats::Stats;
 
 /// How long a batch is retried before its requests are given up.
 pub const RETRY_FOR: Duration = Duration::from_secs(30);
@@ -91,8 +93,8 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                         && said_partial.is_none_or(|t: Instant| t.elapsed() >= PARTIAL_EVERY)
                     {
                         said_partial = Some(Instant::now());
-                        eprintln!(
-                            "edgemark: OTLP export to {}: partial success, {rejected} spans \
+                        log::warn!(
+                            "OTLP export to {}: partial success, {rejected} spans \
                              rejected: {}",
                             config.url,
                             if message.is_empty() {
@@ -108,7 +110,7 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                         c.dropped_rejected += rejected;
                     });
                     if down {
-                        eprintln!("edgemark: OTLP export to {}: sending again", config.url);
+                        log::info!("OTLP export to {}: sending again", config.url);
                         down = false;
                     }
                     break Some(None);
@@ -123,19 +125,16 @@ pub(crate) async fn send_loop(config: &Arc<Config>, stats: &Stats, shared: &Shar
                     let (why, retry, asked) = match e {
                         PostError::Retry(w, after) => (w, true, after),
                         PostError::Tls(w) => (w, true, None),
-                        PostError::Refused(w) => (w, false, None),
+                        PostError::Refused(w) | PostError::Unreadable(w) => (w, false, None),
                     };
                     if !retry {
-                        eprintln!(
-                            "edgemark: OTLP export to {}: {why}; {n} spans dropped",
-                            config.url
-                        );
+                        log::warn!("OTLP export to {}: {why}; {n} spans dropped", config.url);
                         stats.update(|c| c.dropped_rejected += n);
                         break Some(Some(GiveUp::Refused));
                     }
                     if !down {
-                        eprintln!(
-                            "edgemark: OTLP export to {}: {why}; retrying with backoff \
+                        log::warn!(
+                            "OTLP export to {}: {why}; retrying with backoff \
                              (closed requests wait in the region's ring meanwhile)",
                             config.url
                         );

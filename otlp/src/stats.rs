@@ -22,9 +22,14 @@ pub struct Stats(Mutex<Counts>);
 pub struct Counts {
     /// Closed requests taken from the ring.
     pub requests: u64,
-    /// Entries this exporter found torn, or gave up on as never written
-    /// (their closer died): lost, and counted in the region too.
-    pub lost: u64,
+    /// Ring entries this exporter found torn (or holding what no close
+    /// writes), or gave up on as never written (their closer died): lost,
+    /// and counted in the region's
+    /// [`closed_lost`](edgemark::report::Counters::closed_lost) too. Not
+    /// the requests the ring overwrote before this exporter reached them:
+    /// the closes that overwrote them counted those, in `closed_lost`
+    /// alone.
+    pub torn_or_unwritten: u64,
     /// Requests taken whose trace flags say not sampled: no spans.
     pub unsampled: u64,
     /// Spans the collector accepted.
@@ -33,7 +38,9 @@ pub struct Counts {
     /// [`RETRY_FOR`](crate::send::RETRY_FOR).
     pub dropped_retries: u64,
     /// Spans the collector refused (an answer that is not to be retried,
-    /// or rejected spans of a partial success).
+    /// or rejected spans of a partial success), and the spans of a post
+    /// answered with a success over the read limit
+    /// ([`MAX_ANSWER`](crate::client::MAX_ANSWER)), which are not sent again.
     pub dropped_rejected: u64,
     /// Posts that failed (each try).
     pub failures: u64,
@@ -120,8 +127,10 @@ impl Collector for Encoded {
             ),
             (
                 "edgemark_otlp_ring_lost",
-                "Ring entries the OTLP exporter found torn or gave up on as never written",
-                c.lost,
+                "Ring entries the OTLP exporter found torn or gave up on as never written (its part \
+                 of edgemark_closed_lost; the requests the ring overwrote before the exporter \
+                 reached them are counted there only)",
+                c.torn_or_unwritten,
             ),
             (
                 "edgemark_otlp_unsampled_requests",
@@ -160,7 +169,8 @@ impl Collector for Encoded {
         let family = self.family("edgemark_otlp_dropped_spans");
         let mut m = enc.encode_descriptor(
             &family,
-            "Spans not exported: retries ran out, or the collector refused them",
+            "Spans not exported: retries ran out, or the collector refused them (or answered a \
+             success too long to read)",
             None,
             MetricType::Counter,
         )?;

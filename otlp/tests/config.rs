@@ -1,4 +1,4 @@
-//! The configuration: `--otlp`'s URL and the `OTEL_*` variables.
+//! The configuration: the endpoint given and the `OTEL_*` variables.
 
 use std::time::Duration;
 
@@ -80,7 +80,26 @@ fn what_is_refused_is_said() {
     let err = |flag: Option<&str>, vars: &[(&str, &str)]| {
         Config::new(flag, env(vars)).unwrap_err().to_string()
     };
-    assert!(err(None, &[]).contains("--otlp needs"));
+    let missing = Config::new(None, env(&[])).unwrap_err();
+    assert!(missing.is_missing_endpoint());
+    assert!(
+        missing.to_string().contains("no collector URL")
+            && missing.to_string().contains("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "{missing}"
+    );
+    assert!(
+        Config::new(Some(" "), env(&[]))
+            .unwrap_err()
+            .is_missing_endpoint()
+    );
+    assert!(
+        !Config::new(
+            Some("http://x"),
+            env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])
+        )
+        .unwrap_err()
+        .is_missing_endpoint()
+    );
     assert!(
         err(Some("http://x"), &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).contains(
             "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this exporter speaks OTLP over HTTP with protobuf only"

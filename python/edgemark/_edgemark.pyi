@@ -236,14 +236,14 @@ class Region:
     def report(self) -> Optional[Dict[str, Any]]:
         """Everything the region says about itself, as ``edgemark inspect
         --json`` prints it: ``info()``'s keys but ``path``, ``counters()``'s,
-        ``open_requests``, ``free_slots``, ``closed_unread``,
-        ``closed_unacknowledged`` and ``closed_readers``; ``None`` when
+        then the gauges of the report's table of counters and gauges
+        (docs/cli.md, "The report's counters and gauges"); ``None`` when
         disabled."""
     def counters(self) -> Dict[str, Any]:
-        """``refused`` (by outcome), ``dropped_segments``, ``closed_requests``,
-        ``reclaimed_requests``, ``closed_lost``, ``closed_acknowledged``,
-        ``closed_given_up`` (by reason), ``closed_overwritten_taken``,
-        ``closed_settled_overwritten``, ``bad_trace_contexts``."""
+        """One key per counter of the report's table of counters and gauges
+        (docs/cli.md, "The report's counters and gauges", which says what
+        each counts): ``refused`` (by outcome) and ``closed_given_up`` (by
+        reason) as dicts, the others ints."""
     def info(self) -> Optional[Dict[str, Any]]:
         """The region's geometry, identity and schema (``path``, ``region_id``,
         ..., ``clock``: ``{"kind", "boot_id", "time_namespace",

@@ -25,7 +25,9 @@
 //! and swaps the state (below): a changed state means the entry was taken
 //! during the copy, and the swap fails. An unchanged one with a checksum
 //! that does not match means a lapped closer's late stores (or a hostile
-//! writer) tore it: the claim is lost and counted.
+//! writer) tore it: the claim is lost and counted. The copy, the fence and
+//! the checksum are one function, [`Proto::copy_entry`], which a take and
+//! an adoption (`ring_ack.rs`) both use, with its ordering argument.
 //!
 //! **Taking is the state's compare-and-swap.** The copy is validated and
 //! the entry taken by one compare-and-swap of its state, from
@@ -71,7 +73,7 @@ use crate::word::{CellWord, MAX_CLAIM, PlaceWord, RingStateWord, TokenWord};
 /// finaliser (splitmix64's) of the word and its place. Terms are summed, so
 /// a writer can change one word's term without rereading the others.
 #[inline]
-pub(super) fn term(i: usize, w: u64) -> u64 {
+fn term(i: usize, w: u64) -> u64 {
     let mut z = w ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -80,7 +82,7 @@ pub(super) fn term(i: usize, w: u64) -> u64 {
 
 /// The checksum of an entry of claim `claim` whose terms sum to `sum`.
 #[inline]
-pub(super) fn check(claim: u64, sum: u64) -> u64 {
+fn check(claim: u64, sum: u64) -> u64 {
     sum ^ term(usize::MAX, claim)
 }
 
@@ -197,10 +199,11 @@ impl<'a, F: Fn(u64) -> u64> RingWrite<'a, F> {
         }
         // The claim this swap replaced leaves the ring here.
         self.proto.count_replaced(s);
-        // Release fence: a reader whose Acquire fence follows its load of
-        // any store below then also sees our `writing` state in its second
-        // state load, so it never takes a mixture for a published entry
-        // (the sequence lock's writer side).
+        // Release fence: pairs with the Acquire fence of a reader's copy
+        // (`Proto::copy_entry`). A reader whose copy loads any store below
+        // then has our `writing` state before its state swap, which fails,
+        // so it never takes a mixture for a published entry (the sequence
+        // lock's writer side).
         fence(Ordering::Release);
         self.taken = Some(Taken {
             claim,
@@ -420,20 +423,7 @@ impl Proto<'_> {
             }
             _ => return Take::Pending(at),
         }
-        buf.clear();
-        for i in 0..l.ring_words {
-            // Relaxed: validated by the fence and the state swap below.
-            buf.push(self.w(base + i).load(Ordering::Relaxed));
-        }
-        // Acquire fence: if a load above read a store of a closer that took
-        // the entry after `s`, that closer's `writing` state (stored before
-        // its Release fence) comes before the swaps below in the state's
-        // modification order, so they fail (the sequence lock's reader
-        // side).
-        fence(Ordering::Acquire);
-        let sum =
-            (R_CHECK + 1..l.ring_words).fold(0u64, |sum, i| sum.wrapping_add(term(i, buf[i])));
-        if buf[R_CHECK] != check(at, sum) {
+        if !self.copy_entry(base, at, buf) {
             // Torn with its state unchanged (a lapped closer's late stores,
             // or a hostile writer): given up, and counted by the reader
             // whose swap gives it up. Relaxed: the swap carries no data.
@@ -482,6 +472,38 @@ impl Proto<'_> {
         } else {
             Take::Entry(at)
         }
+    }
+
+    /// The reader side of an entry's sequence lock, for a take and for an
+    /// adoption alike: copies the entry at `base` into `buf` (every word of
+    /// it) and says whether the copy is whole for claim `claim`, its
+    /// checksum matching the words.
+    ///
+    /// The caller has loaded the entry's state `s` (Acquire, pairing with
+    /// the Release CAS that published the entry, so the copy reads at least
+    /// the publishing closer's words) and, after this, hands the copy on
+    /// only if its compare-and-swap from `s` succeeds. The copy can still
+    /// mix in the stores of a closer that took the entry after `s`; then
+    /// that closer's `writing` state comes before the caller's swap (the
+    /// fence below), the swap fails and the copy is dropped. A copy whose
+    /// swap succeeds and whose checksum fails was torn with the state
+    /// unchanged (a lapped closer's late stores, or a hostile writer).
+    pub(super) fn copy_entry(&self, base: usize, claim: u64, buf: &mut Vec<u64>) -> bool {
+        let words = self.layout.ring_words;
+        buf.clear();
+        for i in 0..words {
+            // Relaxed: validated by the fence below and the caller's state
+            // swap.
+            buf.push(self.w(base + i).load(Ordering::Relaxed));
+        }
+        // Acquire fence: pairs with the Release fence a closer issues after
+        // its `writing` CAS (`RingWrite::claim`). If a load above read a
+        // store of a closer that took the entry after `s`, that closer's
+        // `writing` state comes before the caller's swap in the state's
+        // modification order, so the swap fails.
+        fence(Ordering::Acquire);
+        let sum = (R_CHECK + 1..words).fold(0u64, |sum, i| sum.wrapping_add(term(i, buf[i])));
+        buf[R_CHECK] == check(claim, sum)
     }
 
     /// Gives up on claim `claim`, which a take found pending (its closer

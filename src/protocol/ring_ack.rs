@@ -25,21 +25,21 @@
 //! **Adoption.** A reader that holds word `w` (its own, just taken, or one
 //! it took from a dead or departed reader to adopt from) owns every entry
 //! in state `taken(c, w)`: no other reader changes those states. For each,
-//! it copies the entry, fences (`Acquire`), checks the checksum and swaps
-//! the state from `taken(c, w)` to `taken(c, mine)`, the same sequence lock
-//! as a take: a closer that overwrote the entry during the copy made the
-//! swap fail (and counted the claim). An adopted word is given back after.
+//! it copies the entry, fences (`Acquire`), checks the checksum
+//! ([`Proto::copy_entry`], the take's own) and swaps the state from
+//! `taken(c, w)` to `taken(c, mine)`, the same sequence lock as a take: a
+//! closer that overwrote the entry during the copy made the swap fail (and
+//! counted the claim). An adopted word is given back after.
 //!
 //! What the ring can no longer show is not resent: an entry overwritten
 //! while its reader held it was counted by the closer that overwrote it.
 
-use super::ring::{check, term};
 use super::{At, Proto};
 use crate::layout::{
     H_READERS, H_RING_ACKED, H_RING_GAVE_UP_FULL, H_RING_GAVE_UP_REFUSED, H_RING_GAVE_UP_RETRIES,
-    H_RING_LOST, H_RING_SETTLED_OVERWRITTEN, R_CHECK, R_STATE,
+    H_RING_LOST, H_RING_SETTLED_OVERWRITTEN, R_STATE,
 };
-use crate::sync::{Ordering, fence};
+use crate::sync::Ordering;
 use crate::word::{MAX_READERS, ReaderWord, RingStateWord};
 
 /// How a reader settles an entry it took.
@@ -180,17 +180,9 @@ impl Proto<'_> {
             if s.taken_by() != Some(from) || s.is_writing() {
                 continue;
             }
-            buf.clear();
-            for i in 0..l.ring_words {
-                // Relaxed: validated by the fence and the swap below.
-                buf.push(self.w(base + i).load(Ordering::Relaxed));
-            }
-            // Acquire fence: as in `ring_take`, a copy that read a newer
-            // closer's store makes the swap below fail.
-            fence(Ordering::Acquire);
-            let sum =
-                (R_CHECK + 1..l.ring_words).fold(0u64, |sum, i| sum.wrapping_add(term(i, buf[i])));
-            let whole = buf[R_CHECK] == check(claim, sum);
+            // The sequence lock's reader side, as a take's: a copy that
+            // read a newer closer's store makes the swap below fail.
+            let whole = self.copy_entry(base, claim, buf);
             let to_state = if whole {
                 RingStateWord::taken(claim, to)
             } else {

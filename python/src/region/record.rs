@@ -116,8 +116,48 @@ impl PyRegion {
     }
 }
 
-#[pymethods]
-impl PyRegion {
+/// `record` and `record_outcome`: one call, with its one signature written
+/// here once, and two answers. Each method gives its docs, its name, what
+/// it returns and how it makes that from the outcome.
+macro_rules! record_methods {
+    ($(
+        $(#[doc = $doc:expr])*
+        fn $name:ident -> $ret:ty = $answer:expr;
+    )*) => {
+        #[pymethods]
+        impl PyRegion {$(
+            $(#[doc = $doc])*
+            #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = Segment(Ok(0)), elapsed_ms = None, clock_domain = None))]
+            #[allow(clippy::too_many_arguments)]
+            fn $name<'py>(
+                &self,
+                py: Python<'py>,
+                token: &Bound<'py, PyAny>,
+                from_stage: Stage,
+                to_stage: Stage,
+                event: &Bound<'py, PyAny>,
+                meaningful: bool,
+                chunk_seq: Option<&Bound<'py, PyAny>>,
+                segment: Segment,
+                elapsed_ms: Option<f64>,
+                clock_domain: Option<&Bound<'py, PyString>>,
+            ) -> PyResult<$ret> {
+                let optional = Optional {
+                    meaningful,
+                    chunk_seq,
+                    segment,
+                    elapsed_ms,
+                    clock_domain,
+                };
+                let outcome = self.record_call(token, from_stage, to_stage, event, optional)?;
+                let answer = $answer;
+                Ok(answer(py, outcome))
+            }
+        )*}
+    };
+}
+
+record_methods! {
     /// Records the first ``event`` of the request ``token`` on segment
     /// ``segment`` of the edge ``from_stage -> to_stage``; returns ``True``
     /// only if this call recorded it.
@@ -134,61 +174,17 @@ impl PyRegion {
     /// ``ValueError`` for an event the region's schema lacks. A caller that
     /// records one edge and event of one request from a hot loop can
     /// resolve them once with ``handle``.
-    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = Segment(Ok(0)), elapsed_ms = None, clock_domain = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &self,
-        token: &Bound<'_, PyAny>,
-        from_stage: Stage,
-        to_stage: Stage,
-        event: &Bound<'_, PyAny>,
-        meaningful: bool,
-        chunk_seq: Option<&Bound<'_, PyAny>>,
-        segment: Segment,
-        elapsed_ms: Option<f64>,
-        clock_domain: Option<&Bound<'_, PyString>>,
-    ) -> PyResult<bool> {
-        let optional = Optional {
-            meaningful,
-            chunk_seq,
-            segment,
-            elapsed_ms,
-            clock_domain,
-        };
-        let o = self.record_call(token, from_stage, to_stage, event, optional)?;
-        Ok(o.is_success())
-    }
+    fn record -> bool = |_: Python<'_>, o: Outcome| o.is_success();
 
     /// ``record`` with the same arguments, returning the outcome's name
     /// instead of a bool: one of ``edgemark.OUTCOME_NAMES`` (the core's
     /// list), to which ``edgemark.Outcome`` members compare equal. The same
     /// call as ``record``, at the same cost.
-    #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = Segment(Ok(0)), elapsed_ms = None, clock_domain = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn record_outcome<'py>(
-        &self,
-        py: Python<'py>,
-        token: &Bound<'py, PyAny>,
-        from_stage: Stage,
-        to_stage: Stage,
-        event: &Bound<'py, PyAny>,
-        meaningful: bool,
-        chunk_seq: Option<&Bound<'py, PyAny>>,
-        segment: Segment,
-        elapsed_ms: Option<f64>,
-        clock_domain: Option<&Bound<'py, PyString>>,
-    ) -> PyResult<Bound<'py, PyString>> {
-        let optional = Optional {
-            meaningful,
-            chunk_seq,
-            segment,
-            elapsed_ms,
-            clock_domain,
-        };
-        let o = self.record_call(token, from_stage, to_stage, event, optional)?;
-        Ok(outcome_str(py, o))
-    }
+    fn record_outcome -> Bound<'py, PyString> = outcome_str;
+}
 
+#[pymethods]
+impl PyRegion {
     /// A handle on one edge and event of the request ``token``, resolved
     /// once: ``handle.record()`` then records with no argument to convert,
     /// ``handle.record_elapsed(ms, clock_domain)`` a value measured

@@ -28,10 +28,9 @@ fn with_former_keys<'py>(d: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> 
 impl PyRegion {
     /// Everything the region says about itself now, as ``edgemark inspect
     /// --json`` prints it (without its ``"open"`` list): ``info()``'s keys
-    /// but ``path``, then ``counters()``'s, then ``"open_requests"`` and
-    /// ``"free_slots"`` from one sweep of the slots and
-    /// ``"closed_unread"``, ``"closed_unacknowledged"`` and
-    /// ``"closed_readers"`` from one pass over the ring of closed requests
+    /// but ``path``, then ``counters()``'s, then the gauges of the same
+    /// table (docs/cli.md, "The report's counters and gauges"), from one
+    /// sweep of the slots and one pass over the ring of closed requests
     /// (taken without the GIL). ``None`` when disabled. Raises
     /// ``RegionShrunkError`` (or ``RegionNoSpaceError``) when the sweep
     /// finds the file shrunk.
@@ -41,13 +40,11 @@ impl PyRegion {
         report.map(|r| to_dict(py, &r)).transpose()
     }
 
-    /// The region's counters, the core's names: ``{"refused": {outcome:
-    /// n, ...}, "dropped_segments": n, "closed_requests": n,
-    /// "reclaimed_requests": n, "closed_lost": n, "closed_acknowledged":
-    /// n, "closed_given_up": {"queue_full": n, "retries_exhausted": n,
-    /// "refused": n}, "closed_overwritten_taken": n,
-    /// "closed_settled_overwritten": n, "bad_trace_contexts": n}``
-    /// (``refused`` in the core's counter order).
+    /// The region's counters, one key per counter of the core's table of
+    /// the report's counters and gauges (``edgemark::report::METRICS``,
+    /// listed with what each counts in docs/cli.md, "The report's counters
+    /// and gauges"): ``refused`` (by outcome, in the core's counter order)
+    /// and ``closed_given_up`` (by reason) as dicts, the others ints.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         to_dict(py, &self.view().counters())
     }
