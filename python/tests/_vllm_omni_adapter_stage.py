@@ -6,7 +6,8 @@ no GPU.
 
     python _vllm_omni_adapter_stage.py STAGE_ID
 
-It loads vLLM-Omni's general plugins as every vLLM-Omni process does,
+It loads the plugins as a stage's engine core does (under vLLM-Omni's name
+for that process, vLLM's plugin group only: ``EngineCore.__init__``),
 prints ``{"ready": true, ...}``, then answers one JSON command per stdin
 line with one JSON line:
 

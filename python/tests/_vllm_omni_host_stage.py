@@ -7,8 +7,10 @@ over TCP, no model, no GPU.
     python _vllm_omni_host_stage.py producer HOST ZMQ_PORT
     python _vllm_omni_host_stage.py consumer HOST SENDER_HOST ZMQ_PORT
 
-Each loads vLLM-Omni's general plugins as every vLLM-Omni process does (so
-the edgemark plugin instruments it when ``EDGEMARK_VLLM_OMNI=1``), prints one
+Each loads the plugins as the process it stands for does (``api``: the API
+server, through vLLM-Omni's loader; ``producer``, ``consumer``: a stage's
+engine core, under vLLM-Omni's name for it, vLLM's group only), so the
+edgemark plugin instruments it when ``EDGEMARK_VLLM_OMNI=1``; prints one
 JSON line ``{"ready": true, ...}``, then answers one JSON command per stdin
 line with one JSON line on stdout (vLLM logs to stdout too: the answer is
 the line that starts with ``{"reply"``).

@@ -7,8 +7,9 @@ build it) over its real SharedMemoryConnector, no model, no GPU.
 (``full``: the stage moves whole payloads, vLLM-Omni's full-payload mode,
 instead of async chunks.)
 
-It loads vLLM-Omni's general plugins as every vLLM-Omni process does (so the
-edgemark plugin instruments it when EDGEMARK_VLLM_OMNI=1), prints
+It loads the plugins as a model worker does (under vLLM's name for that
+process, through vLLM-Omni's loader, both groups: so the edgemark plugin
+patches the model runner's call sites when EDGEMARK_VLLM_OMNI=1), prints
 ``{"ready": true}``, then answers one JSON command per stdin line with one
 JSON line on stdout:
 
