@@ -244,3 +244,26 @@ def test_record_and_record_outcome_are_one_path():
         assert a.record(token, 0, 1, 0) is False
         assert b.record_outcome(token, 0, 1, 0, chunk_seq=1) == b.record_outcome(token, 0, 1, 0)
     assert Region.disabled().record_outcome(None, 0, 1, 0, segment=2**32) == "disabled"
+
+
+def test_the_stub_writes_each_outcome_method_with_its_plain_method_s_parameters():
+    # A stub cannot give two methods one parameter list without turning them
+    # into attributes, so `_edgemark.pyi` writes each `X_outcome` beside its
+    # `X`; they differ in their return type only.
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(edgemark._edgemark.__file__).with_name("_edgemark.pyi")
+    pairs = 0
+    for cls in ast.parse(stub.read_text()).body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+        for name, f in methods.items():
+            plain = methods.get(name.removesuffix("_outcome"))
+            if name.endswith("_outcome") and plain is not None:
+                pairs += 1
+                assert ast.dump(f.args) == ast.dump(plain.args), f"{cls.name}.{name}"
+                assert ast.dump(f.returns) == ast.dump(ast.Name("str", ast.Load())), f"{cls.name}.{name}"
+    # record, start_segment (Region); record, record_elapsed (Handle).
+    assert pairs == 4
