@@ -35,7 +35,7 @@ one edge and event of a request resolves them once::
 from __future__ import annotations
 
 import enum
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Type, TypeVar, Union
 
 from ._edgemark import (
     EVENT_NAMES,
@@ -77,6 +77,9 @@ __all__ = [
 ]
 
 
+_E = TypeVar("_E", bound="_Event")
+
+
 class _Event(enum.IntEnum):
     """The four stream-edge events of the default schema, in schema order:
     made at import from the core's table (``EVENT_NAMES``), one member per
@@ -101,7 +104,7 @@ class _Event(enum.IntEnum):
         return self.event_name + "_ms"
 
     @classmethod
-    def from_name(cls, name: str) -> "Event":
+    def from_name(cls: Type[_E], name: str) -> _E:
         """The event called ``name``; ``ValueError`` if there is none."""
         try:
             return cls(EVENT_NAMES.index(name))
@@ -148,8 +151,22 @@ def _enum(base: Any, name: str, members: Any) -> Any:
     return made
 
 
-#: The stream-edge events, from the core's ``Event::ALL``.
-Event = _enum(_Event, "Event", [(n.upper(), i) for i, n in enumerate(EVENT_NAMES)])
+if TYPE_CHECKING:
+    # What a type checker reads (a class made at import is no type to it):
+    # the members the core's ``Event::ALL`` makes below, written out.
+    # tests/test_api.py checks that they are the ones made at import.
+    @enum.unique
+    class Event(_Event):
+        """The stream-edge events (see ``_Event``)."""
+
+        PRODUCER_FIRST_NONEMPTY_EMIT = 0
+        EDGE_FIRST_SEND_COMPLETE = 1
+        CONSUMER_FIRST_ACCEPT = 2
+        CONSUMER_FIRST_NONEMPTY_OUTPUT = 3
+
+else:
+    #: The stream-edge events, from the core's ``Event::ALL``.
+    Event = _enum(_Event, "Event", [(n.upper(), i) for i, n in enumerate(EVENT_NAMES)])
 #: The outcomes, from the core's ``Outcome::ALL``.
 Outcome = _enum(_Outcome, "Outcome", [(n.upper(), n) for n, _ in _OUTCOMES])
 _SUCCESS = frozenset(Outcome(n) for n, ok in _OUTCOMES if ok)

@@ -5,6 +5,7 @@ import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 from . import Event
+from .stream_edge import StreamEdgeEvent, StreamEdgeKey
 
 _TokenLike = Union["Token", str, bytes, bytearray, memoryview, int, None]
 _EventLike = Union[Event, str, int]
@@ -25,14 +26,19 @@ __version__: str
 __all__ = [
     "Region",
     "Token",
+    "Handle",
+    "StreamEdgeRecorder",
+    "RegionShrunkError",
+    "RegionNoSpaceError",
     "default_dir",
     "monotonic_ns",
     "elapsed_between",
+    "span_plan",
     "HOST_MONOTONIC",
     "MAX_ELAPSED_MS",
     "MAX_CHUNK_SEQ",
     "OUTCOME_NAMES",
-    "Handle",
+    "_OUTCOMES",
     "EVENT_NAMES",
     "__version__",
 ]
@@ -51,6 +57,14 @@ def elapsed_between(
     """Milliseconds from ``start_event`` to ``end_event`` in one edge segment
     of a snapshot; ``None`` unless both were recorded, in one clock domain,
     in order (the core's rule)."""
+
+def span_plan(
+    events: Sequence[Tuple[str, float, str]], origin_unix_ns: int
+) -> Dict[str, Any]:
+    """The core's span plan of one edge segment (for ``edgemark.otel``):
+    ``events`` are its recorded ``(name, elapsed_ms, clock_domain)`` in
+    schema order; ``{"events", "start_unix_ns", "end_unix_ns",
+    "clock_domains"}``."""
 
 @final
 class Token:
@@ -98,6 +112,33 @@ class Handle:
     def record_elapsed_outcome(self, elapsed_ms: float, clock_domain: str = "host_monotonic") -> str:
         """``record_elapsed`` that returns the outcome's name."""
 
+@final
+class StreamEdgeRecorder:
+    """One segment of one edge of one request, as
+    ``edgemark.stream_edge.RequestStreamEdgeEvents.start_segment`` returns
+    it; pickles, and records from the process that unpickles it."""
+
+    def __new__(
+        cls, region: Optional["Region"], token: _TokenLike, key: StreamEdgeKey
+    ) -> "StreamEdgeRecorder": ...
+    def record(
+        self,
+        event: Union[StreamEdgeEvent, str],
+        *,
+        elapsed_ms: Optional[float] = None,
+        clock_domain: Optional[str] = None,
+        meaningful: bool,
+        chunk_seq: Optional[int] = None,
+    ) -> bool:
+        """Records the first ``event``; ``True`` only if this call did."""
+    @property
+    def key(self) -> StreamEdgeKey: ...
+    @property
+    def token(self) -> Optional[Token]: ...
+    @property
+    def recording(self) -> bool: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]: ...
+
 class RegionShrunkError(OSError):
     """A sweep met a region file truncated under this process."""
 
@@ -105,6 +146,7 @@ class RegionNoSpaceError(OSError):
     """A sweep met a page of a sparse region that its full file system could
     not provide when this process wrote it (not a truncation)."""
 
+@final
 class Region:
     """A handle on a region of once-only first-event timestamps.
 
@@ -200,10 +242,14 @@ class Region:
         from_stage: int,
         to_stage: int,
         event: _EventLike,
-        segment: int = 0,
+        segment: Optional[int] = None,
         chunk_seq: Optional[int] = None,
     ) -> "Handle":
-        """One edge and event of the request, resolved once."""
+        """One edge and event of the request, resolved once (``segment``
+        ``None``: segment 0)."""
+    def register_domain(self, name: str) -> Optional[int]:
+        """Registers the clock domain ``name`` and returns its id; ``None``
+        when the table is full or the region disabled."""
     def start_segment(
         self, token: _TokenLike, from_stage: int, to_stage: int, segment: int
     ) -> bool:

@@ -35,9 +35,9 @@ HOST_MONOTONIC = "host_monotonic"
 _Snapshot = Union[Mapping[str, Mapping[str, Any]], str, bytes]
 
 
-def _segments(snapshot: _Snapshot) -> Tuple[Mapping[str, Mapping[str, Any]], Optional[int]]:
+def _segments(snapshot: _Snapshot) -> Tuple[Mapping[str, Mapping[str, Any]], Any]:
     """The snapshot's segments, and the origin it carries (a closed request
-    of ``Region.drain_closed`` does)."""
+    of ``Region.drain_closed`` does), as it is: ``_origin`` checks it."""
     if isinstance(snapshot, (str, bytes, bytearray)):
         snapshot = json.loads(snapshot)
     if not isinstance(snapshot, Mapping):
@@ -51,7 +51,8 @@ def _segments(snapshot: _Snapshot) -> Tuple[Mapping[str, Mapping[str, Any]], Opt
     return snapshot, None
 
 
-def _origin(span: Any, carried: Optional[int], origin_unix_ns: Optional[int]) -> int:
+def _origin(span: Any, carried: Any, origin_unix_ns: Optional[int]) -> int:
+    origin: Any
     if origin_unix_ns is not None:
         origin = origin_unix_ns
     else:

@@ -1,7 +1,6 @@
 //! `Handle`: one edge and event of one request, resolved once by
 //! `Region.handle`, so that a record converts no argument.
 
-use edgemark::schema::HOST_MONOTONIC;
 use edgemark::{Mark, Outcome, Recorder, Token};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -83,14 +82,17 @@ impl PyHandle {
     /// Records ``elapsed_ms`` milliseconds from the request's origin,
     /// measured elsewhere in ``clock_domain``; ``True`` only if this call
     /// recorded it. A negative or non-finite value is refused (``False``).
-    #[pyo3(signature = (elapsed_ms, clock_domain = HOST_MONOTONIC))]
+    // The default domain is the core's `HOST_MONOTONIC`, written out so that
+    // Python's signature shows it (pyo3 shows a Rust constant as `...`);
+    // `test_handle.py` checks that the two agree.
+    #[pyo3(signature = (elapsed_ms, clock_domain = "host_monotonic"))]
     fn record_elapsed(&self, elapsed_ms: f64, clock_domain: &str) -> bool {
         self.do_record_elapsed(elapsed_ms, clock_domain)
             .is_success()
     }
 
     /// ``record_elapsed`` that returns the outcome's name.
-    #[pyo3(signature = (elapsed_ms, clock_domain = HOST_MONOTONIC))]
+    #[pyo3(signature = (elapsed_ms, clock_domain = "host_monotonic"))]
     fn record_elapsed_outcome<'py>(
         &self,
         py: Python<'py>,

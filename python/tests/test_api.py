@@ -135,6 +135,26 @@ def test_the_enums_are_made_from_the_core_tables():
     assert "core" in (Outcome.__doc__ or "") and "core" in (Event.__doc__ or "")
 
 
+def test_the_event_class_type_checkers_read_is_the_one_made_at_import():
+    # edgemark/__init__.py writes Event's members out under TYPE_CHECKING
+    # (a class made at import is no type to a type checker); they must be
+    # the members made from the core's table, by name and value.
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(edgemark))
+    declared = [
+        (stmt.targets[0].id, ast.literal_eval(stmt.value))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for cls in node.body
+        if isinstance(cls, ast.ClassDef) and cls.name == "Event"
+        for stmt in cls.body
+        if isinstance(stmt, ast.Assign)
+    ]
+    assert declared == [(e.name, e.value) for e in Event]
+
+
 def test_a_str_enum_member_names_its_event_by_its_text(region):
     from edgemark.stream_edge import StreamEdgeEvent
 

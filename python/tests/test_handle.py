@@ -246,6 +246,26 @@ def test_record_and_record_outcome_are_one_path():
     assert Region.disabled().record_outcome(None, 0, 1, 0, segment=2**32) == "disabled"
 
 
+def test_record_and_record_outcome_show_one_signature_with_its_defaults():
+    # What help() and stubtest read: the same parameters, the default
+    # segment shown as 0 (not pyo3's `...` for a Rust value).
+    sig = inspect.signature(Region.record)
+    assert sig == inspect.signature(Region.record_outcome)
+    assert sig.parameters["segment"].default == 0
+    assert sig.parameters["meaningful"].default is True
+
+
+def test_record_elapsed_defaults_to_the_core_s_host_monotonic_domain():
+    # The default is written out in the binding so that the signature shows
+    # it: it must be the core's name.
+    for method in (Handle.record_elapsed, Handle.record_elapsed_outcome):
+        assert inspect.signature(method).parameters["clock_domain"].default == edgemark.HOST_MONOTONIC
+    region = Region.in_memory()
+    t = region.begin()
+    assert region.handle(t, 1, 2, E.CONSUMER_FIRST_ACCEPT).record_elapsed(2.0) is True
+    assert region.snapshot(t)["1->2:0"]["clock_domains"]["consumer_first_accept"] == edgemark.HOST_MONOTONIC
+
+
 def test_the_stub_writes_each_outcome_method_with_its_plain_method_s_parameters():
     # A stub cannot give two methods one parameter list without turning them
     # into attributes, so `_edgemark.pyi` writes each `X_outcome` beside its

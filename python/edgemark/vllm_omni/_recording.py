@@ -344,7 +344,9 @@ class Recording:
     def traceparent(self, request_id: str) -> Optional[str]:
         """The ``traceparent`` the API server hands ``request_id``'s stages."""
         owner = self.owner
-        token = owner.tokens.get(request_id) if owner is not None else None
+        if owner is None:
+            return None
+        token = owner.tokens.get(request_id)
         return owner.region.traceparent(token) if token is not None else None
 
     def close(self, request_id: str, token: Optional[Token] = None) -> Dict[str, Any]:

@@ -182,7 +182,7 @@ def wrap_poll(orig: Callable, rec: Recording) -> Callable:
                 return orig(self, req_id, publish_ready=publish_ready)
         except Exception:  # noqa: BLE001 - then take the recording path
             pass
-        sink: list = []
+        sink = []  # the list `_received.sink` is declared as
         outer = _received.sink
         _received.sink = sink
         try:

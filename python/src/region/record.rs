@@ -127,7 +127,12 @@ macro_rules! record_methods {
         #[pymethods]
         impl PyRegion {$(
             $(#[doc = $doc])*
-            #[pyo3(signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = Segment(Ok(0)), elapsed_ms = None, clock_domain = None))]
+            // `text_signature`: pyo3 would show the default segment, a
+            // Rust value, as `...`; Python's signature shows it as 0.
+            #[pyo3(
+                signature = (token, from_stage, to_stage, event, meaningful = true, chunk_seq = None, segment = Segment(Ok(0)), elapsed_ms = None, clock_domain = None),
+                text_signature = "($self, token, from_stage, to_stage, event, meaningful=True, chunk_seq=None, segment=0, elapsed_ms=None, clock_domain=None)"
+            )]
             #[allow(clippy::too_many_arguments)]
             fn $name<'py>(
                 &self,
