@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use edgemark::Edge;
 
+use crate::demo::DemoOptions;
 use crate::ops::{self, LookTrust, RecordArgs, StartArgs, TokenArg, Trust};
 
 /// A shared-memory recorder of first-event timestamps for pipeline stage
@@ -24,24 +25,8 @@ pub(crate) enum Command {
     /// processes recording into one region, and print the latency of
     /// each boundary and each delta between them.
     Demo {
-        /// Requests to run.
-        #[arg(long, default_value_t = 600, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
-        requests: u32,
-        /// Requests open at once.
-        #[arg(long, default_value_t = 12, value_parser = ops::parse_count::<u32>, allow_negative_numbers = true)]
-        concurrency: u32,
-        /// Write each final snapshot to FILE, one JSON object per line.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// Keep the region file (for `edgemark inspect`).
-        #[arg(long)]
-        keep: bool,
-        /// Seed of the simulated timings.
-        #[arg(long, default_value_t = 7)]
-        seed: u64,
-        /// No progress bar.
-        #[arg(long)]
-        quiet: bool,
+        #[command(flatten)]
+        options: DemoOptions,
         /// Write a latency page of the final snapshots to FILE (one
         /// self-contained HTML file).
         #[arg(long, value_name = "FILE")]

@@ -18,37 +18,17 @@ use crate::remove::remove_if_abandoned_region;
 /// Runs the command.
 pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Demo {
-            requests,
-            concurrency,
-            json,
-            keep,
-            seed,
-            quiet,
-            html,
-        } => {
+        Command::Demo { options, html } => {
             // Both output files are opened before the run, so that a path
             // that cannot be written fails at once, not after the demo.
-            let json = json
-                .map(|p| create_output(&p).map(|f| (p, f)))
-                .transpose()?;
-            let html = html
-                .map(|p| create_output(&p).map(|f| (p, f)))
-                .transpose()?;
-            let opts = crate::demo::DemoOptions {
-                requests,
-                concurrency,
-                json,
-                keep,
-                seed,
-                quiet,
-            };
-            let result = crate::demo::run(&opts)?;
+            let json = options.json.as_deref().map(create_output).transpose()?;
+            let html_file = html.as_deref().map(create_output).transpose()?;
+            let result = crate::demo::run(&options, json)?;
             out::write(&crate::demo::summary(&result))?;
-            if let Some((p, _)) = &opts.json {
+            if let Some(p) = &options.json {
                 outln!("snapshots written to {}", p.display());
             }
-            if let Some((p, file)) = html {
+            if let (Some(p), Some(file)) = (html, html_file) {
                 crate::views::html::write_demo(&result.events, &result.finals, &p, file)?;
                 outln!("latency page written to {}", p.display());
             }

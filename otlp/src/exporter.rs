@@ -75,28 +75,31 @@ impl ExporterBuilder {
 
     /// The limit on one post (connect, send, answer), over
     /// `OTEL_EXPORTER_OTLP_TIMEOUT`; at least a millisecond.
-    pub fn with_timeout(mut self, timeout: Duration) -> ExporterBuilder {
-        self.overrides.timeout = Some(timeout);
-        self
+    pub fn with_timeout(self, timeout: Duration) -> ExporterBuilder {
+        self.overriding(|o| o.timeout = Some(timeout))
     }
 
     /// Spans sent in one post at most, over
     /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (at most the queue's size).
-    pub fn with_batch_size(mut self, spans: usize) -> ExporterBuilder {
-        self.overrides.batch = Some(spans);
-        self
+    pub fn with_batch_size(self, spans: usize) -> ExporterBuilder {
+        self.overriding(|o| o.batch = Some(spans))
     }
 
     /// Spans queued at most, over `OTEL_BSP_MAX_QUEUE_SIZE`.
-    pub fn with_queue_size(mut self, spans: usize) -> ExporterBuilder {
-        self.overrides.queue = Some(spans);
-        self
+    pub fn with_queue_size(self, spans: usize) -> ExporterBuilder {
+        self.overriding(|o| o.queue = Some(spans))
     }
 
     /// The longest a span waits for its batch to fill, over
     /// `OTEL_BSP_SCHEDULE_DELAY`.
-    pub fn with_schedule_delay(mut self, delay: Duration) -> ExporterBuilder {
-        self.overrides.schedule_delay = Some(delay);
+    pub fn with_schedule_delay(self, delay: Duration) -> ExporterBuilder {
+        self.overriding(|o| o.schedule_delay = Some(delay))
+    }
+
+    /// The builder with `set` applied to the settings it lays over the
+    /// variables: the one body of the setters above.
+    fn overriding(mut self, set: impl FnOnce(&mut Overrides)) -> ExporterBuilder {
+        set(&mut self.overrides);
         self
     }
 

@@ -39,16 +39,27 @@ pub(crate) use worker::stage_worker;
 /// Stages of the demo pipeline.
 pub(crate) const STAGES: u32 = 3;
 
-/// Options of `edgemark demo`.
-#[derive(Debug)]
+/// Options of `edgemark demo` (but `--html`, which the command writes
+/// after the run), as clap parses them.
+#[derive(clap::Args, Debug)]
 pub(crate) struct DemoOptions {
+    /// Requests to run.
+    #[arg(long, default_value_t = 600, value_parser = crate::ops::parse_count::<u32>, allow_negative_numbers = true)]
     pub(crate) requests: u32,
+    /// Requests open at once.
+    #[arg(long, default_value_t = 12, value_parser = crate::ops::parse_count::<u32>, allow_negative_numbers = true)]
     pub(crate) concurrency: u32,
-    /// `--json`: its path and the file, opened before the run so that a
-    /// path that cannot be written fails at once.
-    pub(crate) json: Option<(PathBuf, std::fs::File)>,
+    /// Write each final snapshot to FILE, one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+    /// Keep the region file (for `edgemark inspect`).
+    #[arg(long)]
     pub(crate) keep: bool,
+    /// Seed of the simulated timings.
+    #[arg(long, default_value_t = 7)]
     pub(crate) seed: u64,
+    /// No progress bar.
+    #[arg(long)]
     pub(crate) quiet: bool,
 }
 

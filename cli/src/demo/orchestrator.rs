@@ -53,7 +53,9 @@ impl Drop for Workers {
     }
 }
 
-pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
+/// Runs the demo; `json` is the file `opts.json` names, opened before the
+/// run so that a path that cannot be written fails at once.
+pub(crate) fn run(opts: &DemoOptions, json: Option<std::fs::File>) -> Result<DemoResult> {
     if opts.requests == 0 || opts.concurrency == 0 {
         bail!("--requests and --concurrency must be at least 1");
     }
@@ -251,7 +253,7 @@ pub(crate) fn run(opts: &DemoOptions) -> Result<DemoResult> {
     }
     drop(workers);
 
-    if let Some((p, file)) = &opts.json {
+    if let (Some(p), Some(file)) = (&opts.json, &json) {
         let write = || -> std::io::Result<()> {
             let mut f = std::io::BufWriter::new(file);
             for (s, _) in &finals {
