@@ -3,10 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{collector, region_with_closed, wait_for};
-use edgemark_otlp::Exporter;
+use common::{collector, exporter_of, region_with_closed, stop, wait_for};
 use edgemark_otlp::client::MAX_ANSWER;
 
 /// Closes one request with a value on one edge (two spans) into a region
@@ -17,20 +14,14 @@ fn export_one(url: &str) -> (edgemark_otlp::stats::Counts, edgemark::report::Cou
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
     let rec = region_with_closed(&path, 1);
-    let exporter = Exporter::builder(&path)
-        .with_endpoint(url)
-        .with_env(|_| None)
-        .with_schedule_delay(Duration::from_millis(10))
-        .start()
-        .unwrap();
+    let exporter = exporter_of(&path, url).start().unwrap();
     let stats = exporter.stats();
     // Settled by the answer to its first post.
     wait_for("the request acknowledged or given up", || {
         let c = rec.counters();
         (c.closed_acknowledged + c.closed_given_up.total() > 0).then_some(())
     });
-    exporter.stopper().stop();
-    assert!(exporter.join());
+    stop(exporter);
     // The counts are updated before the request is settled.
     (stats.counts(), rec.counters())
 }

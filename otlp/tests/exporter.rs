@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{capture_notes, close, collector, nobody, notes, region_with_closed, wait_for};
+use common::{
+    capture_notes, close, collector, exporter_of, nobody, notes, region_with_closed, stop, wait_for,
+};
 use edgemark::Recorder;
 use edgemark_otlp::Exporter;
 use edgemark_otlp::config::DEFAULT_BATCH;
@@ -93,10 +95,7 @@ fn a_run_for_ends_by_itself_having_sent_what_it_took() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
     let rec = region_with_closed(&path, 3);
-    let exporter = Exporter::builder(&path)
-        .with_endpoint(url)
-        .with_env(|_| None)
-        .with_schedule_delay(Duration::from_millis(10))
+    let exporter = exporter_of(&path, url)
         .run_for(Duration::from_secs(1))
         .start()
         .unwrap();
@@ -117,12 +116,7 @@ fn a_stop_with_the_collector_down_leaves_the_requests_to_the_next_exporter() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
     let rec = region_with_closed(&path, 3);
-    let first = Exporter::builder(&path)
-        .with_endpoint(nobody())
-        .with_env(|_| None)
-        .with_schedule_delay(Duration::from_millis(10))
-        .start()
-        .unwrap();
+    let first = exporter_of(&path, nobody()).start().unwrap();
     let stats = first.stats();
     wait_for("the three requests taken", || {
         (stats.counts().requests == 3).then_some(())
@@ -151,18 +145,12 @@ fn a_stop_with_the_collector_down_leaves_the_requests_to_the_next_exporter() {
 
     // The next exporter adopts them.
     let (url, _) = collector("200 OK", 0);
-    let second = Exporter::builder(&path)
-        .with_endpoint(url)
-        .with_env(|_| None)
-        .with_schedule_delay(Duration::from_millis(10))
-        .start()
-        .unwrap();
+    let second = exporter_of(&path, url).start().unwrap();
     wait_for("the three acknowledged", || {
         (rec.counters().closed_acknowledged == 3).then_some(())
     });
     assert_eq!(second.stats().counts().adopted, 3);
-    second.stopper().stop();
-    assert!(second.join());
+    stop(second);
     let adopted = format!(
         "{}: 3 closed requests that an exporter before this one took and did not send",
         path.display()
@@ -183,12 +171,7 @@ fn another_region_file_at_the_path_is_attached_and_exported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
     let before = region_with_closed(&path, 1);
-    let exporter = Exporter::builder(&path)
-        .with_endpoint(url)
-        .with_env(|_| None)
-        .with_schedule_delay(Duration::from_millis(10))
-        .start()
-        .unwrap();
+    let exporter = exporter_of(&path, url).start().unwrap();
     wait_for("the first region's request acknowledged", || {
         (before.counters().closed_acknowledged == 1).then_some(())
     });
@@ -199,8 +182,7 @@ fn another_region_file_at_the_path_is_attached_and_exported() {
         (after.counters().closed_acknowledged == 2).then_some(())
     });
     assert_eq!(exporter.stats().counts().requests, 3);
-    exporter.stopper().stop();
-    assert!(exporter.join());
+    stop(exporter);
     let again = format!(
         "{}: attached again; exporting its closed requests",
         path.display()

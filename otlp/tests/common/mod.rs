@@ -1,6 +1,7 @@
 //! What the exporter's tests share: a local collector that answers every
-//! post the same way, a region file with closed requests in it, a wait
-//! for what an assertion reads, and the notes the exporter logs.
+//! post the same way, a region file with closed requests in it, an
+//! exporter of it to the collector and its stop, a wait for what an
+//! assertion reads, and the notes the exporter logs.
 
 #![allow(dead_code)]
 
@@ -11,6 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use edgemark::{Edge, Event, Mark, Recorder};
+use edgemark_otlp::{Exporter, ExporterBuilder};
 
 /// A collector on a free local port that reads each post and answers it
 /// with `status` and a body of `body_len` bytes; counts the posts.
@@ -90,6 +92,24 @@ pub(crate) fn close(rec: &Recorder, n: usize) {
         );
         rec.close(t);
     }
+}
+
+/// An exporter of the region file at `path` to the collector at `url`,
+/// the environment's variables ignored, sending what it takes after
+/// 10 ms: the tests' exporter, to which one adds its own settings before
+/// `start()`.
+pub(crate) fn exporter_of(path: &Path, url: impl Into<String>) -> ExporterBuilder {
+    Exporter::builder(path)
+        .with_endpoint(url)
+        .with_env(|_| None)
+        .with_schedule_delay(Duration::from_millis(10))
+}
+
+/// Stops `exporter` and waits for its run to end, which must have ended
+/// without a panic.
+pub(crate) fn stop(exporter: Exporter) {
+    exporter.stopper().stop();
+    assert!(exporter.join());
 }
 
 /// Waits until `check` gives a value, which it returns. The bound only
