@@ -68,63 +68,58 @@ impl ExporterBuilder {
     /// The collector's base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` takes it
     /// (`/v1/traces` is appended), over the variables. An empty one is
     /// none: the variables say where.
-    pub fn with_endpoint(mut self, url: impl Into<String>) -> ExporterBuilder {
-        self.endpoint = Some(url.into());
-        self
+    pub fn with_endpoint(self, url: impl Into<String>) -> ExporterBuilder {
+        self.with(|b| b.endpoint = Some(url.into()))
     }
 
     /// The limit on one post (connect, send, answer), over
     /// `OTEL_EXPORTER_OTLP_TIMEOUT`; at least a millisecond.
     pub fn with_timeout(self, timeout: Duration) -> ExporterBuilder {
-        self.overriding(|o| o.timeout = Some(timeout))
+        self.with(|b| b.overrides.timeout = Some(timeout))
     }
 
     /// Spans sent in one post at most, over
     /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (at most the queue's size).
     pub fn with_batch_size(self, spans: usize) -> ExporterBuilder {
-        self.overriding(|o| o.batch = Some(spans))
+        self.with(|b| b.overrides.batch = Some(spans))
     }
 
     /// Spans queued at most, over `OTEL_BSP_MAX_QUEUE_SIZE`.
     pub fn with_queue_size(self, spans: usize) -> ExporterBuilder {
-        self.overriding(|o| o.queue = Some(spans))
+        self.with(|b| b.overrides.queue = Some(spans))
     }
 
     /// The longest a span waits for its batch to fill, over
     /// `OTEL_BSP_SCHEDULE_DELAY`.
     pub fn with_schedule_delay(self, delay: Duration) -> ExporterBuilder {
-        self.overriding(|o| o.schedule_delay = Some(delay))
-    }
-
-    /// The builder with `set` applied to the settings it lays over the
-    /// variables: the one body of the setters above.
-    fn overriding(mut self, set: impl FnOnce(&mut Overrides)) -> ExporterBuilder {
-        set(&mut self.overrides);
-        self
+        self.with(|b| b.overrides.schedule_delay = Some(delay))
     }
 
     /// Where the `OTEL_*` variables are read: `lookup(name)`, instead of
     /// the process's environment.
     pub fn with_env(
-        mut self,
+        self,
         lookup: impl Fn(&str) -> Option<String> + Send + 'static,
     ) -> ExporterBuilder {
-        self.env = Box::new(lookup);
-        self
+        self.with(|b| b.env = Box::new(lookup))
     }
 
     /// Use a region file that another user owns (refused by default: its
     /// owner can change it under this process).
-    pub fn allow_foreign_owner(mut self, yes: bool) -> ExporterBuilder {
-        self.allow_foreign_owner = yes;
-        self
+    pub fn allow_foreign_owner(self, yes: bool) -> ExporterBuilder {
+        self.with(|b| b.allow_foreign_owner = yes)
     }
 
     /// Stop after `run_for`: then the exporter stops taking, sends what it
     /// holds for at most [`FLUSH_DEADLINE`] (or its timeout, if shorter)
     /// and ends. Without it, it runs until [stopped](Stopper::stop).
-    pub fn run_for(mut self, run_for: Duration) -> ExporterBuilder {
-        self.run_for = Some(run_for);
+    pub fn run_for(self, run_for: Duration) -> ExporterBuilder {
+        self.with(|b| b.run_for = Some(run_for))
+    }
+
+    /// The builder with `set` applied: the one body of the setters above.
+    fn with(mut self, set: impl FnOnce(&mut ExporterBuilder)) -> ExporterBuilder {
+        set(&mut self);
         self
     }
 
