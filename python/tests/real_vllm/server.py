@@ -371,16 +371,18 @@ def pd_complete(
     model: str | None = None,
     prefill_host: str = HOST,
     decode_host: str = HOST,
+    timeout: float = 120.0,
 ) -> tuple[dict, dict]:
     """Both steps, as vLLM's P/D proxy does them (the same ``X-Request-Id``
-    and ``traceparent`` to both); returns the two responses."""
+    and ``traceparent`` to both); returns the two responses. `timeout`
+    bounds each step."""
     model = model or model_name(prefill_port, prefill_host)
     body = completion_body(model, prompt, max_tokens)
-    first = prefill(prefill_port, body, request_id, traceparent, prefill_host)
+    first = prefill(prefill_port, body, request_id, traceparent, prefill_host, timeout)
     params = first.get("kv_transfer_params")
     if not params:
         raise CompletionError(200, json.dumps(first).encode())
-    second = decode(decode_port, body, params, request_id, traceparent, decode_host)
+    second = decode(decode_port, body, params, request_id, traceparent, decode_host, timeout)
     return first, second
 
 
