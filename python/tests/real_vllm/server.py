@@ -101,7 +101,9 @@ class VllmServer:
 
     `env` is laid over this process's environment without its ``EDGEMARK_*``
     variables and over ``SERVER_ENV``: the edgemark plugin stays off unless
-    `env` sets ``EDGEMARK_VLLM``. `nice` runs the server at that niceness.
+    `env` sets ``EDGEMARK_VLLM``. `nice` runs the server at that niceness;
+    `host` is the address it listens on, its NIXL side channel's too (the
+    decode instance reaches the prefill instance's there).
     """
 
     def __init__(
@@ -115,8 +117,11 @@ class VllmServer:
         kv_extra: dict | None = None,
         extra_args: tuple[str, ...] = (),
         nice: int = 0,
+        host: str = HOST,
     ):
         self.python = Path(python)
+        #: The address it listens on, and its NIXL side channel's.
+        self.host = host
         self.model_dir = str(model_dir)
         self.port = int(port)
         self.side_channel_port = int(side_channel_port)
@@ -136,7 +141,7 @@ class VllmServer:
             "serve",
             self.model_dir,
             "--host",
-            HOST,
+            self.host,
             "--port",
             str(self.port),
             "--enforce-eager",
@@ -155,7 +160,7 @@ class VllmServer:
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
         env.update(SERVER_ENV)
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = HOST
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
         env.update(self.env)
         env["PATH"] = f"{_bin_dir(self.python)}{os.pathsep}{env.get('PATH', '')}"
@@ -206,7 +211,7 @@ class VllmServer:
                     f"vllm serve exited with {self.proc.returncode} before it was ready; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            if health(self.port):
+            if health(self.port, self.host):
                 self.ready_after = time.monotonic() - self.started_at
                 return self.ready_after
             if time.monotonic() > deadline:
