@@ -16,8 +16,8 @@ Each ``VllmServer`` runs ``<env>/bin/vllm serve MODEL`` as a user does for
 P/D over NIXL on the CPU: ``--kv-transfer-config`` with ``NixlConnector``,
 ``kv_role`` ``kv_both`` and ``kv_buffer_device`` ``cpu``, its own
 ``VLLM_NIXL_SIDE_CHANNEL_PORT``, ``--enforce-eager --dtype float32
---block-size 32``, and ``VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1
-HF_HUB_OFFLINE=1``. It runs in a session of its own, so that the API server
+--block-size 32``, and ``VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1
+VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1``. It runs in a session of its own, so that the API server
 and its engine core share one process group that ``stop`` clears.
 """
 
@@ -40,10 +40,16 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_CACHE_DIR = "/var/cache/edgemark"
 
 # What each instance's environment needs on the CPU: 1 GiB of KV cache, no
-# model hub, one OpenMP thread per process (two cores, two instances).
+# model hub, and one unbound OpenMP thread per worker. Without
+# ``VLLM_CPU_OMP_THREADS_BIND=nobind`` vLLM's CPU worker binds an OpenMP
+# thread to every core and sets ``OMP_NUM_THREADS`` to match, whatever the
+# environment says; two instances on two cores then spin four threads on
+# two cores, and NIXL's hand-offs wait for the prefill side's lease to expire
+# (README.md here).
 SERVER_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": "1",
 }
 
