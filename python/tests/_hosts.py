@@ -130,6 +130,7 @@ class Hosts:
         self.namespaces: list = []
         self.links: list = []
         self.procs: list = []
+        self._next_port = 20000
         ident = os.getpid() % 100_000
         self.subnet = f"10.214.{ident % 200 + 20}"
         self.bridge_ip = f"{self.subnet}.1"
@@ -158,6 +159,15 @@ class Hosts:
             )
             assert holder.line().strip() == "up", holder.log()
             self.holder[h] = holder
+
+    def port(self) -> int:
+        """A TCP port for a listener inside either host. The hosts'
+        network namespaces are new, so nothing listens there but what the
+        test starts: ports are counted up from 20000, below the range
+        (32768-60999 by default) that the kernel gives connections and
+        ``bind(0)``."""
+        self._next_port += 1
+        return self._next_port
 
     def spawn(self, name: str, argv: list, env: dict | None = None) -> Proc:
         p = Proc(name, argv, self.log_dir, env)

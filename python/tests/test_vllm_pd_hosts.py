@@ -132,9 +132,9 @@ def run(model):
         phoenix = _hosts.Phoenix(hosts, work, PHOENIX)
         a, b = hosts.addr["a"], hosts.addr["b"]
         prefill, _ = start_instance(
-            hosts, "a", "prefill-a", model, _hosts.free_port(a), _hosts.free_port(a), {"kv_lease_duration": LEASE_S}
+            hosts, "a", "prefill-a", model, hosts.port(), hosts.port(), {"kv_lease_duration": LEASE_S}
         )
-        decode, _ = start_instance(hosts, "b", "decode-b", model, _hosts.free_port(b), _hosts.free_port(b))
+        decode, _ = start_instance(hosts, "b", "decode-b", model, hosts.port(), hosts.port())
         for srv in (prefill, decode):
             wait_for(f"vllm serve on {srv.host} to answer /health", lambda: pd.health(srv.port, srv.host))
         phoenix.wait_up()
