@@ -61,7 +61,7 @@ def one_pair(python: str, model: str, on: bool, args, work: str) -> dict:
         decode.start()
         ready = max(prefill.wait_ready(900), decode.wait_ready(900))
         name = pd.model_name(prefill.port)
-        pd.pd_complete(prefill.port, decode.port, pd.prompt_of(args.prompt, 0), 2, model=name, timeout=600)
+        pd.warm_up(prefill.port, decode.port)
         for i in range(args.requests):
             tp = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
             traces.append(tp.split("-")[1])

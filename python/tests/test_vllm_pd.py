@@ -120,8 +120,9 @@ def pair(model, tmp_path_factory):
         prefill.wait_ready(PATIENCE_S)
         decode.wait_ready(PATIENCE_S)
         # The first hand-off between a new pair does NIXL's side-channel
-        # handshake; it is done once, before the requests the test counts.
-        pd.pd_complete(prefill.port, decode.port, pd.prompt_of(167, 4242), 2, request_id="pd-warm-up", timeout=STEP_S)
+        # handshake; it is done once, before the requests the test counts,
+        # and retried (vLLM waits 5 s for the handshake's reply).
+        pd.warm_up(prefill.port, decode.port, timeout=STEP_S)
         yield prefill, decode, region
     finally:
         decode.stop()

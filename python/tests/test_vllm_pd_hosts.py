@@ -150,8 +150,9 @@ def run(model):
             )
 
         # The first hand-off between a new pair does NIXL's side-channel
-        # handshake; it is done once, before the requests the test counts.
-        one("pd-hosts-warm-up", None, 2)
+        # handshake; it is done once, before the requests the test counts,
+        # and retried (vLLM waits 5 s for the handshake's reply).
+        pd.warm_up(prefill.port, decode.port, prefill_host=a, decode_host=b, timeout=STEP_S)
         out["traces"] = traces = {}
         for i in range(REQUESTS):
             tp = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"

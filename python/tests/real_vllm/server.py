@@ -397,6 +397,34 @@ def pd_complete(
     return first, second
 
 
+def warm_up(
+    prefill_port: int,
+    decode_port: int,
+    attempts: int = 5,
+    prefill_host: str = HOST,
+    decode_host: str = HOST,
+    timeout: float = 600.0,
+) -> int:
+    """The first hand-off between a new pair, retried: it does NIXL's
+    side-channel handshake, whose reply vLLM waits for 5 s at most (a fixed
+    ``RCVTIMEO``); on a loaded machine the prefill instance may answer later,
+    and vLLM then fails that request (HTTP 500, "handshake_failed") and
+    tries the handshake again with the next one. Returns the attempts it
+    took; raises the last error after `attempts`."""
+    for attempt in range(1, attempts + 1):
+        try:
+            pd_complete(
+                prefill_port, decode_port, prompt_of(167, 4242), 2, request_id=f"pd-warm-up-{os.getpid()}-{attempt}",
+                prefill_host=prefill_host, decode_host=decode_host, timeout=timeout,
+            )
+            return attempt
+        except CompletionError:
+            if attempt == attempts:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def prompt_of(n_tokens: int, salt: int = 0) -> str:
     """A prompt of exactly `n_tokens` tokens for the tiny model (one token
     per byte), differing by `salt`."""
