@@ -79,6 +79,15 @@ def region_path(var: str, prefix: str, marker: str) -> Tuple[str, bool]:
     return path, False
 
 
+def named_by_parent(path: str, prefix: str) -> bool:
+    """Whether ``path`` is the name the plugin gives the region of this
+    process's parent (``<default dir>/<prefix><parent pid>.region``): a vLLM
+    launcher started with several API servers names the region when it
+    loads its plugins, and each API server it starts inherits the name; the
+    first to create it owns it, the others attach."""
+    return path == os.path.join(default_dir(), f"{prefix}{os.getppid()}.region")
+
+
 def own_regular_file(path: str) -> bool:
     try:
         st = os.lstat(path)
@@ -197,7 +206,19 @@ class Owner:
             once.warn("full", "edgemark: the region is full, a request runs unrecorded")
             return None
         if self.writer is not None:
-            self.writer.publish(request_id, token)
+            try:
+                self.writer.publish(request_id, token)
+            except OSError as e:
+                # Unpublished, no other process could record or close it:
+                # closed now rather than left holding its slot.
+                self.region.close(token)
+                once.warn(
+                    "publish",
+                    "edgemark: the request lookup %s takes no entry, requests run unrecorded: %s",
+                    _channel.lookup_dir(self.path),
+                    e,
+                )
+                return None
         with self.lock:
             old = self.tokens.pop(request_id, None)
             self.tokens[request_id] = token

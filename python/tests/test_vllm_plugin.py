@@ -375,8 +375,104 @@ def test_a_failed_receive_is_no_accept(region_env, monkeypatch):
     token = pair.prefill("p-9")
     pair.decode_arrives("d-9", "p-9")
     d_sched.update_connector_output(SimpleNamespace(finished_recving={"d-9"}, failed_recving={"d-9"}))
-    assert ms(segment(pair.p_api.owner.region.snapshot(token)), ACCEPT) is None
+    seg = segment(pair.p_api.owner.region.snapshot(token))
+    assert ms(seg, ACCEPT) is None
+    # Still watched for its first token: vLLM may recompute it locally.
+    assert set(pair.d_engine.awaiting_output) == {"d-9"}
+
+
+def test_a_decode_with_nothing_to_load_records_its_first_output(region_env, monkeypatch):
+    # No successful KV load is ever reported (a local prefix hit, prompt
+    # logprobs, a recompute): the first token is recorded all the same.
+    pair = Pair(monkeypatch, region_env, region_env)
+    token = pair.prefill("p-10")
+    pair.decode_arrives("d-10", "p-10")
+    pair.d_engine.first_output(step(("d-10", [])))
+    assert "d-10" in pair.d_engine.awaiting_output, "an empty step is no first output"
+    pair.d_engine.first_output(step(("d-10", [4])))
+    seg = segment(pair.p_api.owner.region.snapshot(token))
+    assert ms(seg, OUTPUT) is not None and ms(seg, ACCEPT) is None
     assert pair.d_engine.awaiting_output == {}
+
+
+def test_the_decode_engine_follows_its_api_server_after_the_lease_expired(region_env, monkeypatch):
+    # The prefill side's entry outlives its request until its owner sweeps:
+    # the decode engine must record into the request its API server began,
+    # not into the closed one.
+    pair = Pair(monkeypatch, region_env, region_env)
+    p_token = pair.prefill("p-11")
+    pair.p_engine.expired("p-11")
+    assert pair.p_api._read("p-11") == p_token, "the entry is still there"
+    d_token = pair.decode_arrives("d-11", "p-11")
+    assert d_token is not None
+    pd = pair.d_engine.requests["d-11"]
+    assert pd.token == d_token and not pd.shared
+    pair.d_engine.accepted("d-11")
+    pair.d_engine.first_output(step(("d-11", [2])))
+    pair.d_engine.handed_over(request("d-11", **decode_params("p-11")), False, None)
+    region = pair.d_api.owner.region
+    assert not region.is_open(d_token)
+    finals = {str(c["token"]): segment(c["snapshot"]) if c["snapshot"] else {} for c in closed(region)}
+    own = finals[str(d_token)]
+    assert ms(own, ACCEPT) is not None and ms(own, OUTPUT) is not None
+
+
+def test_a_request_whose_lookup_entry_cannot_be_written_is_closed(region_env, monkeypatch, caplog):
+    pair = Pair(monkeypatch, region_env, region_env)
+    owner = pair.p_api.owner
+
+    def fail(request_id, token):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(owner.writer, "publish", fail)
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        for i in range(3):
+            assert pair.p_api.begin(f"p-full-{i}", prefill_params(), TRACE) is None
+    assert owner.tokens == {}
+    assert owner.region.open_requests() == [], "no slot is left held"
+    assert sum("takes no entry" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_engine_never_waits_for_a_region_file_it_cannot_use(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "pd.region"
+    path.write_bytes(b"not a region" * 100)
+    monkeypatch.setenv(em_vllm.ENV_REGION, str(path))
+    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
+    rec = Recording()
+    import time as time_module
+
+    def no_sleep(_s):
+        raise AssertionError("a vLLM thread slept")
+
+    monkeypatch.setattr(time_module, "sleep", no_sleep)
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        assert rec.region() is None
+        first_retry = rec._next_attach
+        assert rec.region() is None, "retried only after its pause"
+        assert rec._next_attach == first_retry
+        rec._next_attach = 0.0
+        assert rec.region() is None
+        assert rec._attach_pause > _recording.RETRY_ATTACH_S / 2, "the pause grows"
+    assert sum("not a region this process can record into" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_api_servers_of_one_launcher_share_the_region_it_named(tmp_path, monkeypatch):
+    # `vllm serve --api-server-count 2`: the launcher names the region when it
+    # loads its plugins; each API server it starts inherits the name.
+    import os
+
+    monkeypatch.setattr(_recording._plugin_common, "default_dir", lambda: str(tmp_path))
+    monkeypatch.delenv(em_vllm.ENV_REGION, raising=False)
+    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    _recording._plugin_common.region_path(em_vllm.ENV_REGION, _recording.PREFIX, "_EDGEMARK_VLLM_NAMED")
+    monkeypatch.setattr(os, "getppid", lambda: 4242)
+    monkeypatch.setattr(os, "getpid", lambda: 5000)
+    first, second = Recording(), Recording()
+    assert first.ensure_owner(2) is not None
+    assert second.ensure_owner(2) is not None, "the second API server attaches"
+    t = second.begin("p-1", prefill_params(), TRACE)
+    assert first.owner.region.is_open(t)
 
 
 def test_a_connector_without_the_hooks_is_left_alone_with_one_warning(region_env, caplog):
@@ -403,30 +499,41 @@ def test_a_hook_with_other_parameters_is_not_wrapped(region_env):
     assert hooks == {} and "update_connector_output" in why
 
 
-def test_the_factory_wraps_the_children_of_a_connector_not_the_parent(region_env):
+def test_a_connector_made_of_others_is_left_alone_with_one_warning(region_env, caplog):
+    # vLLM's MultiConnector makes its children itself (not through the
+    # factory) and aggregates their answers: neither it nor its children
+    # are wrapped.
     rec = Recording()
     made = []
+
+    class Multi(NixlLike):
+        def __init__(self):
+            super().__init__()
+            self._children = [NixlLike(), NixlLike()]
+
+        @property
+        def sub_connectors(self):
+            return self._children
+
+        def request_finished(self, request, blocks):
+            return True, {}
 
     class Factory:
         @classmethod
         def create_connector(cls, config, role, kv_cache_config):
-            if config == "multi":
-                children = [Factory.create_connector("child", role, kv_cache_config) for _ in range(2)]
-                parent = NixlLike()
-                parent.children = children
-                made.append(parent)
-                return parent
-            child = NixlLike()
-            made.append(child)
-            return child
+            made.append(Multi() if config == "multi" else NixlLike())
+            return made[-1]
 
     raw = Factory.__dict__["create_connector"].__func__
     Factory.create_connector = classmethod(connector.wrap_create_connector(raw, rec))
-    role = SimpleNamespace(name="SCHEDULER")
-    parent = Factory.create_connector("multi", role, None)
-    assert all("update_connector_output" in vars(c) for c in parent.children)
-    assert "update_connector_output" not in vars(parent)
-    single = Factory.create_connector("one", role, None)
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        for role in ("SCHEDULER", "WORKER"):
+            parent = Factory.create_connector("multi", SimpleNamespace(name=role), None)
+            assert vars(parent).keys() == {"connector_worker", "results", "log", "_children"}
+            assert all("update_connector_output" not in vars(c) for c in parent.sub_connectors)
+    lines = [r.getMessage() for r in caplog.records if "not one edgemark understands" in r.getMessage()]
+    assert len(lines) == 2 and all("made of other connectors" in line for line in lines)
+    single = Factory.create_connector("one", SimpleNamespace(name="SCHEDULER"), None)
     assert "update_connector_output" in vars(single)
 
 

@@ -61,6 +61,7 @@ MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
 #: Requests a scheduler or worker process remembers.
 CACHE = 4096
 RETRY_ATTACH_S = 1.0
+RETRY_ATTACH_MAX_S = 30.0
 RETRY_MISSING_S = 1.0
 #: How often the API server forgets the requests other processes closed.
 SWEEP_S = 1.0
@@ -129,12 +130,13 @@ class Recording:
         self.owner: Optional[Owner] = None
         self._region: Optional[Region] = None
         self._next_attach = 0.0
+        self._attach_pause = RETRY_ATTACH_S / 2
         self._reader = _channel.Reader(_channel.lookup_dir(self.path))
         self._reader_ok: Optional[bool] = None
         #: The requests this process knows, by its own request ID.
         self.requests: "collections.OrderedDict[str, PD]" = collections.OrderedDict()
-        #: Decode-side requests accepted and waiting for their first output,
-        #: by request ID. Never rebound: the scheduler's per-step wrapper
+        #: Decode-side requests registered and waiting for their first
+        #: output, by request ID. Never rebound: the scheduler's per-step wrapper
         #: holds it, and does nothing more while it is empty.
         self.awaiting_output: Dict[str, PD] = {}
         self.lock = threading.Lock()
@@ -169,10 +171,11 @@ class Recording:
             return owner
         with self.lock:
             if self.owner is None and not self.failed:
+                # A region the user named, or the one the launcher of
+                # several API servers named for them: attached if it exists.
+                trusted = self.user_named or _plugin_common.named_by_parent(self.path, PREFIX)
                 try:
-                    self.owner = Owner(
-                        self.path, EDGES, slots_for(max_num_seqs, self.once), self.user_named, self.once, log
-                    )
+                    self.owner = Owner(self.path, EDGES, slots_for(max_num_seqs, self.once), trusted, self.once, log)
                 except (OSError, ValueError) as e:
                     self.failed = True
                     self.once.warn(
@@ -232,17 +235,26 @@ class Recording:
         if owner is not None:
             self._region = owner.region
             return owner.region
+        # On vLLM's own threads (the scheduler's, the worker's): one attempt,
+        # never a wait; then again after a pause that doubles each time, up
+        # to RETRY_ATTACH_MAX_S.
         now = time.monotonic()
         if now < self._next_attach:
             return None
-        self._next_attach = now + RETRY_ATTACH_S
         try:
             if not own_regular_file(self.path):
                 raise FileNotFoundError(f"no region file of this user's at {self.path}")
-            self._region = _plugin_common.attach(self.path)
+            self._region = Region.attach(self.path)
             self.say_pending()
         except (OSError, ValueError) as e:
-            self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
+            self._attach_pause = min(self._attach_pause * 2, RETRY_ATTACH_MAX_S)
+            self._next_attach = time.monotonic() + self._attach_pause
+            if isinstance(e, ValueError):
+                # A file that is not a region this build can use (or one
+                # whose header is still being written): said once.
+                self.once.warn("attach-bad", "edgemark: %s is not a region this process can record into: %s", self.path, e)
+            else:
+                self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
             return None
         return self._region
 
@@ -297,17 +309,26 @@ class Recording:
         if side is None:
             return None
         token, key, shared = None, rid, False
-        if self.region() is not None:
-            if side == "decode":
+        region = self.region()
+        if region is not None:
+            # A request of its own, which the API server began when it found
+            # no open prefill request to join, comes first; else the prefill
+            # side's request, while it is open (an entry whose request closed,
+            # its lease expired, stays in the lookup until its owner sweeps).
+            token = self._lookup(rid)
+            if token is None and side == "decode":
                 remote = params["remote_request_id"]  # type: ignore[index]
-                token = self._lookup(remote)
-                if token is not None:
-                    key, shared = remote, True
-            if token is None:
-                token = self._lookup(rid)
+                found = self._lookup(remote)
+                if found is not None and region.is_open(found):
+                    token, key, shared = found, remote, True
         if token is None:
             self.once.debug("token", "edgemark: no token for request %r, it records nothing here", rid)
-        return self._remember(rid, PD(side, key, token, shared, time.monotonic()))
+        pd = self._remember(rid, PD(side, key, token, shared, time.monotonic()))
+        if side == "decode" and token is not None:
+            # Watched for its first token from now on, whether or not its KV
+            # load is ever reported (nothing to load, a local recompute).
+            self.awaiting_output[rid] = pd
+        return pd
 
     def pd_of_sent(self, request_id: str) -> Optional[PD]:
         """The state of a request a worker reports sent (a prefill request,
@@ -406,8 +427,6 @@ class Recording:
         if pd is None or pd.side != "decode" or pd.token is None:
             return
         self.record(pd, ACCEPT)
-        if OUTPUT not in pd.done and not pd.closed:
-            self.awaiting_output[request_id] = pd
 
     def first_output(self, model_runner_output: Any) -> None:
         """The scheduler's step output: the first token of each request

@@ -6,9 +6,11 @@ One patch point reaches every connector in both processes:
 worker through ``kv_transfer_state``). Its wrapper patches the hooks of each
 connector instance it returns (instance attributes: the class is never
 changed), once each hook has been checked by name and parameters; a
-connector without them is left alone, with one warning. A connector made
-inside another's construction (``MultiConnector``'s children) is wrapped, and
-the outer one is not: the children are the ones that know their requests.
+connector without them is left alone, with one warning. So is a connector
+made of others (``MultiConnector``, which has ``sub_connectors``): it
+aggregates its children's answers, so its own hooks do not say which child
+handed a request over or read it, and its children are made without the
+factory. Such a pair runs unrecorded (docs/limitations.md).
 
 ==========================================  ==============================================
 call site (on each connector instance)      records
@@ -37,8 +39,8 @@ NIXL's worker: ``_get_new_notifs``          ``edge_first_send_complete`` for eac
 call site (class)                        records
 =======================================  ===================================================
 ``Scheduler.update_from_output``         ``consumer_first_nonempty_output``: the first
-                                         step whose sampled tokens for an accepted decode
-                                         request are not empty. While no accepted request
+                                         step whose sampled tokens for a registered decode
+                                         request are not empty. While no decode request
                                          waits for its first token (every request already
                                          recorded) the wrapper only tests one dict and
                                          calls through.
@@ -49,7 +51,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from .._instrument import Target
@@ -71,9 +72,6 @@ FINISH_HOOKS: Dict[str, Tuple[str, ...]] = {
 WORKER_HOOKS: Dict[str, Tuple[str, ...]] = {
     "get_transfer_results": ("finished_req_ids",),
 }
-
-_local = threading.local()
-
 
 def _params(method: Any) -> Optional[Tuple[str, ...]]:
     try:
@@ -122,7 +120,10 @@ def _nixl_notifications(connector: Any) -> Optional[Any]:
 def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
     """Patches ``connector``'s hooks for ``role``; ``False`` (and one
     warning per connector class) when it lacks them."""
-    hooks, why = check_hooks(connector, role)
+    if getattr(type(connector), "sub_connectors", None) is not None:
+        hooks, why = {}, "it is made of other connectors (sub_connectors), which edgemark does not record yet"
+    else:
+        hooks, why = check_hooks(connector, role)
     if not hooks:
         rec.once.warn(
             f"connector-{type(connector).__qualname__}-{role}",
@@ -250,18 +251,9 @@ _WORKER_WRAPPERS = {"get_transfer_results": _transfer_results}
 
 def wrap_create_connector(orig: Callable, rec: Recording) -> Callable:
     def create_connector(cls, config, role, kv_cache_config, *args, **kwargs):
-        depth = getattr(_local, "depth", 0)
-        _local.depth = depth + 1
-        inner_before = getattr(_local, "wrapped", 0)
+        connector = orig(cls, config, role, kv_cache_config, *args, **kwargs)
         try:
-            connector = orig(cls, config, role, kv_cache_config, *args, **kwargs)
-        finally:
-            _local.depth = depth
-        try:
-            if getattr(_local, "wrapped", 0) == inner_before:
-                # No connector made inside this one was wrapped.
-                if wrap_instance(connector, getattr(role, "name", str(role)), rec):
-                    _local.wrapped = getattr(_local, "wrapped", 0) + 1
+            wrap_instance(connector, getattr(role, "name", str(role)), rec)
         except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM
             rec.once.warn("w-factory", "edgemark: a KV connector was not wrapped: %r", e)
         return connector
