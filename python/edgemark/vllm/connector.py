@@ -212,11 +212,17 @@ def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Calla
         def _get_new_notifs(*args, **kwargs):
             ids = get_new_notifs(*args, **kwargs)
             try:
-                for rid in ids:
-                    notified.add(rid)
-                    rec.sent(rid)
+                # All of them first: an ID missing here would be taken for a
+                # lease that expired.
+                notified.update(ids)
             except Exception as e:  # noqa: BLE001
                 rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
+                return ids
+            for rid in ids:
+                try:
+                    rec.sent(rid)
+                except Exception as e:  # noqa: BLE001
+                    rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
             return ids
 
         worker._get_new_notifs = _get_new_notifs
