@@ -40,7 +40,7 @@ SUPPORT = os.path.join(HERE, "real_vllm")
 #: A bound on each HTTP step of a request, never a timing that is asserted.
 STEP_S = 600.0
 #: NIXL's lease on a prefilled request's blocks (see test_vllm_pd.py).
-LEASE_S = 60
+LEASE_S = 120
 REQUESTS = 3
 A_EVENTS = {"producer_first_nonempty_emit", "edge_first_send_complete"}
 B_EVENTS = {"consumer_first_accept", "consumer_first_nonempty_output"}
