@@ -48,8 +48,11 @@ def one_pair(python: str, model: str, on: bool, args, work: str) -> dict:
     env = {"VLLM_PLUGINS": "edgemark_vllm"}
     if on:
         env.update(EDGEMARK_VLLM="1", EDGEMARK_VLLM_REGION=region)
+    # A 120 s lease, as in the tests: a hand-off slowed by other jobs on the
+    # machine must not expire.
     prefill = pd.VllmServer(
-        python, model, pd.free_port(), pd.free_port(), env=env, log_path=os.path.join(work, f"prefill-{tag}.log")
+        python, model, pd.free_port(), pd.free_port(), env=env, log_path=os.path.join(work, f"prefill-{tag}.log"),
+        kv_extra={"kv_lease_duration": 120},
     )
     decode = pd.VllmServer(
         python, model, pd.free_port(), pd.free_port(), env=env, log_path=os.path.join(work, f"decode-{tag}.log")
