@@ -55,9 +55,21 @@ class MissingError(LookupError):
     """A call site is not there at all."""
 
 
+def _unwrap(raw: Any) -> Any:
+    """The function inside a ``staticmethod`` or ``classmethod``."""
+    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def _rewrap(raw: Any, wrapper: Callable) -> Any:
+    """``wrapper`` as the same kind of attribute as ``raw`` was."""
+    return type(raw)(wrapper) if isinstance(raw, (staticmethod, classmethod)) else wrapper
+
+
 def resolve(target: Target) -> Tuple[Any, Callable]:
-    """The class (or module) and the function a target wraps;
-    ``LookupError`` saying what is missing or has changed."""
+    """The class (or module) and the function a target wraps (the function
+    itself for a ``staticmethod`` or ``classmethod``, whose first parameter
+    is then ``cls``); ``LookupError`` saying what is missing or has
+    changed."""
     module = importlib.import_module(target.module)
     if target.cls is None:
         owner: Any = module
@@ -66,7 +78,7 @@ def resolve(target: Target) -> Tuple[Any, Callable]:
         owner = getattr(module, target.cls, None)
         if not isinstance(owner, type):
             raise MissingError(f"{target.module}.{target.cls} is missing")
-        func = owner.__dict__.get(target.attr)
+        func = _unwrap(owner.__dict__.get(target.attr))
     if not inspect.isfunction(func):
         raise MissingError(f"{target.name} is missing")
     if target.is_async != inspect.iscoroutinefunction(func):
@@ -145,7 +157,8 @@ class Instrumentor(Generic[R]):
         self._make_recording = make_recording
         self._log = log
         self._announce = announce
-        #: (class or module, attribute, original) of every patch in place.
+        #: (class or module, attribute, original attribute) of every patch
+        #: in place.
         self._patched: List[Tuple[Any, str, Callable]] = []
         #: Whether this process's release was found unsupported (said once).
         self._refused = False
@@ -215,9 +228,10 @@ class Instrumentor(Generic[R]):
         for target, owner, func in resolved:
             if target.wrap is None:
                 continue
+            raw = owner.__dict__[target.attr]
             wrapper = functools.wraps(func)(target.wrap(func, rec))
-            setattr(owner, target.attr, wrapper)
-            self._patched.append((owner, target.attr, func))
+            setattr(owner, target.attr, _rewrap(raw, wrapper))
+            self._patched.append((owner, target.attr, raw))
         self.roles = roles
         if self._announce is not None:
             self._announce(roles, rec)

@@ -18,7 +18,8 @@ import pytest
 
 import edgemark
 from edgemark import vllm_omni
-from edgemark.vllm_omni import _channel, _recording, package
+from edgemark import _channel
+from edgemark.vllm_omni import _recording, package
 from edgemark.vllm_omni._recording import EMIT, Recording
 
 NOBODY = 65534

@@ -12,7 +12,7 @@ import sys
 from typing import Callable, List, Optional
 
 from .._edgemark import Region, default_dir
-from ._channel import lookup_dir
+from .._channel import lookup_dir
 from ._recording import ENV_REGION, PREFIX, log
 
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)\.(region|requests)$")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from .._plugin_common import traceparent_in
+
 
 def has_content(value: Any) -> bool:
     """Whether ``value`` carries anything: a tensor with elements, a
@@ -123,18 +125,3 @@ def traceparent_of(request: Any) -> Optional[str]:
     return traceparent_in(getattr(request, "trace_headers", None))
 
 
-def traceparent_in(headers: Any) -> Optional[str]:
-    """The ``traceparent`` in a mapping of trace headers (name compared
-    without case), or ``None``."""
-    if not headers:
-        return None
-    try:
-        value = headers.get("traceparent")
-        if value is None:
-            for k, v in headers.items():
-                if isinstance(k, str) and k.lower() == "traceparent":
-                    value = v
-                    break
-    except AttributeError:
-        return None
-    return value if isinstance(value, str) else None

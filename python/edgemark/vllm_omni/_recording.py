@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import atexit
 import collections
-import json
 import logging
 import os
-import stat
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from .. import Event
-from .._edgemark import Region, Token, default_dir
-from . import _channel
+from .. import _channel, _plugin_common
+from .._edgemark import Region, Token
+from .._plugin_common import ACCEPT, EMIT, OUTPUT, SEND, Owner, create_or_attach, own_regular_file, remove_files, say
 
 log = logging.getLogger("edgemark.vllm_omni")
+
+__all__ = ["ACCEPT", "EMIT", "OUTPUT", "SEND", "Owner", "Recording", "StageRequest", "Once", "log"]
 
 #: Set to ``1`` to record; anything else leaves vLLM-Omni untouched.
 ENV_ENABLE = "EDGEMARK_VLLM_OMNI"
@@ -49,28 +48,12 @@ RETRY_ATTACH_S = 2.0
 RETRY_MISSING_S = 1.0
 RETRY_CLOSED_S = 0.05
 
-# The event numbers, from the core's table.
-EMIT = int(Event.PRODUCER_FIRST_NONEMPTY_EMIT)
-SEND = int(Event.EDGE_FIRST_SEND_COMPLETE)
-ACCEPT = int(Event.CONSUMER_FIRST_ACCEPT)
-OUTPUT = int(Event.CONSUMER_FIRST_NONEMPTY_OUTPUT)
 
-
-class Once:
-    """Log lines said once per process."""
+class Once(_plugin_common.Once):
+    """Log lines said once per process, on this plugin's logger."""
 
     def __init__(self) -> None:
-        self._said: Set[str] = set()
-
-    def warn(self, what: str, msg: str, *args: Any) -> None:
-        if what not in self._said:
-            self._said.add(what)
-            log.warning(msg, *args)
-
-    def debug(self, what: str, msg: str, *args: Any) -> None:
-        if what not in self._said:
-            self._said.add(what)
-            log.debug(msg, *args)
+        super().__init__(log)
 
 
 def edges(stages: int) -> List[Tuple[int, int]]:
@@ -82,15 +65,7 @@ def edges(stages: int) -> List[Tuple[int, int]]:
 
 
 def env_slots(once: Once) -> Optional[int]:
-    v = os.environ.get(ENV_SLOTS)
-    if not v:
-        return None
-    try:
-        n = int(v)
-    except ValueError:
-        once.warn("slots", "edgemark: %s=%r is not a number, using the default", ENV_SLOTS, v)
-        return None
-    return min(max(n, 1), MAX_SLOTS)
+    return _plugin_common.env_int(ENV_SLOTS, once, 1, MAX_SLOTS)
 
 
 def slots_for(pools: List[Any], once: Once) -> int:
@@ -113,123 +88,7 @@ def region_path() -> Tuple[str, bool]:
     """This host's region file, and whether the user named it. The first
     process that loads the plugin (the API server) names it when nobody did;
     the stage processes it starts inherit the name."""
-    path = os.environ.get(ENV_REGION)
-    if path:
-        return path, os.environ.get("_EDGEMARK_VLLM_OMNI_NAMED") != path
-    path = os.path.join(default_dir(), f"{PREFIX}{os.getpid()}.region")
-    os.environ[ENV_REGION] = path
-    # Stage processes inherit both: the name is the plugin's, not the user's.
-    os.environ["_EDGEMARK_VLLM_OMNI_NAMED"] = path
-    return path, False
-
-
-def _own_regular_file(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
-
-
-def _create_or_attach(path: str, stages: int, slots: int, user_named: bool) -> Tuple[Region, bool]:
-    """The region at ``path``: created here (``True``), or a region file the
-    user named and this user owns, attached (``False``). A file at a name
-    the plugin chose, or one another user owns, is refused."""
-    try:
-        return Region.create(path, edges=edges(stages), slots=slots), True
-    except FileExistsError:
-        if not user_named:
-            raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
-        if not _own_regular_file(path):
-            raise _channel.UntrustedError(f"{path} is not a regular file this user owns") from None
-        return Region.attach(path), False
-
-
-def _remove_files(path: str, creator: int, writer: Optional[_channel.Writer]) -> None:
-    # A forked child inherits the hook: only the creator removes its files.
-    if os.getpid() != creator:
-        return
-    if writer is not None:
-        writer.remove()
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-class Owner:
-    """The requests this process began, under vLLM-Omni's request IDs: the
-    API server's (``Region.begin`` for each ``ClientRequestState``), with
-    the lookup its stage processes read the tokens from."""
-
-    def __init__(self, path: str, stages: int, slots: int, user_named: bool, once: Once) -> None:
-        self.path = path
-        self.region, created = _create_or_attach(path, stages, slots, user_named)
-        self.writer: Optional[_channel.Writer] = None
-        try:
-            self.writer = _channel.Writer(_channel.lookup_dir(path))
-        except OSError as e:
-            once.warn(
-                "lookup",
-                "edgemark: the request lookup %s cannot be trusted, stage processes record nothing: %s",
-                _channel.lookup_dir(path),
-                e,
-            )
-        if created or self.writer is not None:
-            atexit.register(_remove_files, path if created else "", os.getpid(), self.writer)
-        self.tokens: Dict[str, Token] = {}
-        self.log_requests = os.environ.get(ENV_LOG_REQUESTS) == "1"
-        #: Request IDs begun under a caller's trace context.
-        self.parented: Set[str] = set()
-        self.lock = threading.Lock()
-
-    def begin(self, request_id: str, traceparent: Optional[str], once: Once) -> Optional[Token]:
-        token = self.region.begin(traceparent, strict=False)
-        if token is None:
-            once.warn("full", "edgemark: the region is full, a request runs unrecorded")
-            return None
-        if self.writer is not None:
-            self.writer.publish(request_id, token)
-        with self.lock:
-            old = self.tokens.pop(request_id, None)
-            self.tokens[request_id] = token
-            if traceparent:
-                self.parented.add(request_id)
-            else:
-                self.parented.discard(request_id)
-        if old is not None:
-            # vLLM-Omni reused an ID whose earlier instance never closed.
-            self.region.close(old)
-        return token
-
-    def close(self, request_id: str, token: Optional[Token] = None) -> Dict[str, Any]:
-        """Closes ``request_id``'s instance (``token``'s, if given; nothing
-        if another instance holds the ID now). Returns the final snapshot."""
-        with self.lock:
-            current = self.tokens.get(request_id)
-            if token is None:
-                token = current
-            if token is None or current != token:
-                # Closed already: by an earlier close, or by the begin of a
-                # newer instance under the ID (the map holds every open
-                # token this process began).
-                return {}
-            del self.tokens[request_id]
-            self.parented.discard(request_id)
-            if self.writer is not None:
-                self.writer.withdraw(request_id)
-        traceparent = self.region.traceparent(token) if self.log_requests else None
-        final = self.region.close(token)
-        if final is None:
-            return {}
-        if self.log_requests:
-            log.info(
-                "edgemark: request %s closed, trace %s: stream_edge_metrics %s",
-                request_id,
-                traceparent.split("-")[1] if traceparent else "-",
-                json.dumps(final, sort_keys=True, separators=(",", ":")),
-            )
-        return final
+    return _plugin_common.region_path(ENV_REGION, PREFIX, "_EDGEMARK_VLLM_OMNI_NAMED")
 
 
 @dataclass
@@ -278,9 +137,7 @@ class Recording:
         logging is set up, else when the process first uses its region (the
         API server loads its plugins before it configures logging, and a
         line said then would be lost)."""
-        if logging.getLogger("vllm").handlers or "vllm" not in sys.modules:
-            log.info("%s", message)
-        else:
+        if not say(log, message):
             self._pending = message
 
     def say_pending(self) -> None:
@@ -295,7 +152,15 @@ class Recording:
         ``ValueError`` if it cannot)."""
         with self.lock:
             if self.owner is None:
-                self.owner = Owner(self.path, stages, slots, self.user_named, self.once)
+                self.owner = Owner(
+                    self.path,
+                    edges(stages),
+                    slots,
+                    self.user_named,
+                    self.once,
+                    log,
+                    os.environ.get(ENV_LOG_REQUESTS) == "1",
+                )
                 self.say_pending()
             return self.owner
 
@@ -390,7 +255,7 @@ class Recording:
             return None
         self._next_attach = now + RETRY_ATTACH_S
         try:
-            if not _own_regular_file(self.path):
+            if not own_regular_file(self.path):
                 raise FileNotFoundError(f"no region file of this user's at {self.path}")
             self._region = Region.attach(self.path)
             self.say_pending()
@@ -406,15 +271,15 @@ class Recording:
             if self._region is not None:
                 return self._region
             try:
-                region, created = _create_or_attach(
-                    self.path, STAGES, env_slots(self.once) or FALLBACK_SLOTS, True
+                region, created = create_or_attach(
+                    self.path, edges(STAGES), env_slots(self.once) or FALLBACK_SLOTS, True
                 )
             except (OSError, ValueError) as e:
                 self.once.warn("host", "edgemark: cannot create this host's region %s: %s", self.path, e)
                 return None
             self.say_pending()
             if created:
-                atexit.register(_remove_files, self.path, os.getpid(), None)
+                atexit.register(remove_files, self.path, os.getpid(), None)
                 log.info("edgemark: recording this host's stages into %s", self.path)
             self._region = region
             return region

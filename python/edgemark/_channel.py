@@ -1,10 +1,16 @@
-"""The request lookup: how a stage process on the API server's host finds
-a request's token by vLLM-Omni's external request ID.
+"""The request lookup: how another process on the same host finds a
+request's token by a request ID (vLLM-Omni's external request ID for its
+stages; the prefill instance's request ID for vLLM's decode instance).
+Shared by the integrations (``edgemark.vllm_omni``, ``edgemark.vllm``).
 
-The API server keeps one small file per open request in a directory beside
-the region (``<region>.requests``), named by a hash of the request ID and
-holding ``token \\n request ID``. A stage process reads an entry once per
-request instance.
+The process that begins requests (an API server) keeps one small file per
+open request in a directory beside the region (``<region>.requests``), named
+by a hash of the request ID and holding ``token \\n request ID``. A reader
+reads an entry once per request instance.
+
+A reader may also *join* an entry (``Reader.join``): an empty marker file
+beside it (``<entry>.joined``), which says that another party (vLLM's decode
+instance) shares the request and will close it; ``Reader.joined`` asks.
 
 Only a directory this user owns is trusted, at both ends:
 
@@ -32,10 +38,12 @@ import stat
 import threading
 from typing import Optional, Set
 
-from .._edgemark import Token
+from ._edgemark import Token
 
 #: An entry larger than this is not one of the owner's.
 _MAX_ENTRY = 4096
+#: The suffix of an entry's join marker.
+JOINED = ".joined"
 
 
 def lookup_dir(region_path: str) -> str:
@@ -128,6 +136,41 @@ class Reader:
             os.close(fd)
         return parse_entry(data, request_id)
 
+    def join(self, request_id: str) -> bool:
+        """Leaves the marker that another party shares ``request_id``'s
+        entry; ``True`` if it is there now (made here or before)."""
+        try:
+            fd = os.open(
+                entry_name(request_id) + JOINED,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=self._dir(),
+            )
+        except FileExistsError:
+            return self.joined(request_id)
+        except OSError:
+            return False
+        os.close(fd)
+        return True
+
+    def joined(self, request_id: str) -> bool:
+        """Whether ``request_id``'s entry was joined: its marker is a
+        regular file this user owns."""
+        try:
+            st = os.stat(entry_name(request_id) + JOINED, dir_fd=self._dir(), follow_symlinks=False)
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+    def unlink(self, request_id: str) -> None:
+        """Removes ``request_id``'s entry and its marker (whoever wrote them:
+        the party that closes a request it did not begin)."""
+        for name in (entry_name(request_id), entry_name(request_id) + JOINED):
+            try:
+                os.unlink(name, dir_fd=self._dir())
+            except OSError:
+                pass
+
     def close(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -174,10 +217,17 @@ class Writer:
             if name not in self._mine:
                 return
             self._mine.discard(name)
-        try:
-            os.unlink(name, dir_fd=self._fd)
-        except OSError:
-            pass
+        for n in (name, name + JOINED):
+            try:
+                os.unlink(n, dir_fd=self._fd)
+            except OSError:
+                pass
+
+    def forget(self, request_id: str) -> None:
+        """Stops tracking ``request_id``'s entry without touching the files
+        (another process removed them)."""
+        with self._lock:
+            self._mine.discard(entry_name(request_id))
 
     def remove(self) -> None:
         """Removes the entries this writer published, and the directory if
@@ -188,10 +238,11 @@ class Writer:
         with self._lock:
             mine, self._mine = self._mine, set()
         for name in mine:
-            try:
-                os.unlink(name, dir_fd=self._fd)
-            except OSError:
-                pass
+            for n in (name, name + JOINED):
+                try:
+                    os.unlink(n, dir_fd=self._fd)
+                except OSError:
+                    pass
         os.close(self._fd)
         if self.created:
             try:

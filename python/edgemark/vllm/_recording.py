@@ -1,0 +1,459 @@
+"""This process's recording state, in one object (``Recording``): the
+region, the requests this process began (the API server's ``Owner``), and
+what the scheduler and the model worker know of each request of the
+prefill -> decode hand-off (``PD``).
+
+Who begins and who closes (see docs/vllm.md):
+
+- the API server that receives a request *begins* it: a prefill request
+  (``kv_transfer_params["do_remote_decode"]``) always, under the request's
+  ``traceparent``, published in the lookup under its request ID (the
+  internal one, with vLLM's random suffix: what the decode side gets as
+  ``remote_request_id``); a decode request (``remote_request_id`` set) only
+  when the lookup has no open request under that ID (the prefill side is on
+  another host, or records into another region): a request of its own, under
+  the same ``traceparent``. When the lookup has it, the decode side *joins*
+  it instead (a marker beside the entry) and records into the prefill
+  side's request;
+- the request *closes* when nothing more can be recorded for it: on the
+  prefill side, after send complete when no decode side joined, or when a
+  joined decode side has recorded its first output; when the request was
+  not handed over (aborted, or finished with nothing to send); when its KV
+  lease expired before a decode side read it (the later events stay
+  null). On the decode side: after the first output once send complete is
+  in; when the request finishes without a first output; always, for a
+  request of its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Set
+
+from .. import EVENT_NAMES, _channel, _plugin_common
+from .._edgemark import Region, Token
+from .._plugin_common import ACCEPT, EMIT, OUTPUT, SEND, Once, Owner, own_regular_file, say
+
+log = logging.getLogger("edgemark.vllm")
+
+#: Set to ``1`` to record; anything else leaves vLLM untouched.
+ENV_ENABLE = "EDGEMARK_VLLM"
+#: The region file. Give both instances of a P/D pair on one host the same
+#: path: they record into one region, on one clock. Unset, each API server
+#: names its own (``<default dir>/edgemark-vllm-<pid>.region``), which the
+#: processes it starts inherit.
+ENV_REGION = "EDGEMARK_VLLM_REGION"
+#: Requests the region holds open at once (default: four times the
+#: instance's ``max_num_seqs``, at least 256, at most 65536).
+ENV_SLOTS = "EDGEMARK_VLLM_SLOTS"
+
+PREFIX = "edgemark-vllm-"
+#: The edge: the prefill instance is stage 0, the decode instance stage 1.
+PREFILL, DECODE = 0, 1
+EDGES = [(PREFILL, DECODE)]
+_SEGMENT = f"{PREFILL}->{DECODE}:0"
+MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
+#: Requests a scheduler or worker process remembers.
+CACHE = 4096
+RETRY_ATTACH_S = 1.0
+RETRY_ATTACH_MAX_S = 30.0
+RETRY_MISSING_S = 1.0
+#: How often the API server forgets the requests other processes closed.
+SWEEP_S = 1.0
+
+
+def kv_params(request: Any) -> Optional[Dict[str, Any]]:
+    """The request's ``kv_transfer_params``: the engine's ``Request``
+    attribute, or an ``EngineCoreRequest``'s sampling parameters'."""
+    params = getattr(request, "kv_transfer_params", None)
+    if params is None:
+        sp = getattr(request, "sampling_params", None)
+        extra = getattr(sp, "extra_args", None)
+        if isinstance(extra, dict):
+            params = extra.get("kv_transfer_params")
+    return params if isinstance(params, dict) else None
+
+
+def side_of(params: Optional[Dict[str, Any]]) -> Optional[str]:
+    """``"prefill"`` for a request the prefill instance hands over,
+    ``"decode"`` for one that takes a prefill instance's KV, else ``None``."""
+    if not params:
+        return None
+    if params.get("do_remote_decode"):
+        return "prefill"
+    if isinstance(params.get("remote_request_id"), str):
+        return "decode"
+    return None
+
+
+def slots_for(max_num_seqs: Any, once: Once) -> int:
+    slots = _plugin_common.env_int(ENV_SLOTS, once, 1, MAX_SLOTS)
+    if slots is not None:
+        return slots
+    if isinstance(max_num_seqs, int) and max_num_seqs > 0:
+        return min(max(4 * max_num_seqs, MIN_SLOTS), MAX_SLOTS)
+    return FALLBACK_SLOTS
+
+
+@dataclass
+class PD:
+    """One request of the hand-off as a scheduler or worker process knows
+    it."""
+
+    #: ``"prefill"`` or ``"decode"``.
+    side: str
+    #: The ID the request's token is published under: the prefill side's
+    #: request ID, or the decode side's own for a request of its own.
+    key: str
+    token: Optional[Token]
+    #: A decode side recording into the prefill side's request.
+    shared: bool
+    #: When the lookup was read for it.
+    checked: float
+    #: The events this process recorded, or will not record.
+    done: Set[int] = field(default_factory=set)
+    closed: bool = False
+
+
+class Recording:
+    """Everything this process records with: one per process, made by the
+    instrumentor, handed to every wrapper."""
+
+    def __init__(self, uninstrument: Callable[[], None] = lambda: None) -> None:
+        self.once = Once(log)
+        self.path, self.user_named = _plugin_common.region_path(ENV_REGION, PREFIX, "_EDGEMARK_VLLM_NAMED")
+        self.owner: Optional[Owner] = None
+        self._region: Optional[Region] = None
+        self._next_attach = 0.0
+        self._attach_pause = RETRY_ATTACH_S / 2
+        self._reader = _channel.Reader(_channel.lookup_dir(self.path))
+        self._reader_ok: Optional[bool] = None
+        #: The requests this process knows, by its own request ID.
+        self.requests: "collections.OrderedDict[str, PD]" = collections.OrderedDict()
+        #: Decode-side requests registered and waiting for their first
+        #: output, by request ID. Never rebound: the scheduler's per-step wrapper
+        #: holds it, and does nothing more while it is empty.
+        self.awaiting_output: Dict[str, PD] = {}
+        self.lock = threading.Lock()
+        #: Puts every call site back (the instrumentor's): when the region
+        #: cannot be made, nothing stays patched.
+        self.uninstrument = uninstrument
+        self.failed = False
+        self._pending: Optional[str] = None
+        self._next_sweep = 0.0
+
+    # -- the log line -------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        """Says ``message`` (this process's one INFO line) now if vLLM's
+        logging is set up, else when the process first uses its region."""
+        if not say(log, message):
+            self._pending = message
+
+    def say_pending(self) -> None:
+        message, self._pending = self._pending, None
+        if message is not None:
+            log.info("%s", message)
+
+    # -- the API server -----------------------------------------------------
+
+    def ensure_owner(self, max_num_seqs: Any = None) -> Optional[Owner]:
+        """The region as the API server, created (or, when the user named
+        a region that exists, attached) on first use. If that fails, says so
+        once and puts every call site back: the server serves, unrecorded."""
+        owner = self.owner
+        if owner is not None or self.failed:
+            return owner
+        with self.lock:
+            if self.owner is None and not self.failed:
+                # A region the user named, or the one the launcher of
+                # several API servers named for them: attached if it exists.
+                trusted = self.user_named or _plugin_common.named_by_parent(self.path, PREFIX)
+                try:
+                    self.owner = Owner(self.path, EDGES, slots_for(max_num_seqs, self.once), trusted, self.once, log)
+                except (OSError, ValueError) as e:
+                    self.failed = True
+                    self.once.warn(
+                        "create",
+                        "edgemark: cannot create the region %s, nothing is patched and the P/D hand-off is not "
+                        "recorded: %s",
+                        self.path,
+                        e,
+                    )
+                    self.uninstrument()
+                    return None
+                self.say_pending()
+            return self.owner
+
+    def begin(self, request_id: str, params: Optional[Dict[str, Any]], traceparent: Optional[str]) -> Optional[Token]:
+        """What the API server does with a request as it arrives: begins a
+        prefill request; joins a decode request to the prefill side's open
+        request on this host, or begins it as a request of its own. The
+        token begun, or ``None``."""
+        side = side_of(params)
+        if side is None:
+            return None
+        owner = self.ensure_owner()
+        if owner is None:
+            return None
+        self._sweep(owner)
+        if side == "decode":
+            remote = params["remote_request_id"]  # type: ignore[index]
+            token = self._read(remote)
+            if token is not None and owner.region.is_open(token):
+                self._reader.join(remote)
+                return None
+        return owner.begin(request_id, traceparent, self.once)
+
+    def abandon(self, request_id: str, token: Token) -> None:
+        """Closes a request the API server began that never reached the
+        engine (``add_request`` raised)."""
+        owner = self.owner
+        if owner is not None:
+            owner.close(request_id, token)
+
+    def _sweep(self, owner: Owner) -> None:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_S
+            owner.forget_closed()
+
+    # -- the engine core and the worker --------------------------------------
+
+    def region(self) -> Optional[Region]:
+        """The region: the API server's own, or attached by path (retried
+        every ``RETRY_ATTACH_S`` until the API server has made it)."""
+        region = self._region
+        if region is not None:
+            return region
+        owner = self.owner
+        if owner is not None:
+            self._region = owner.region
+            return owner.region
+        # On vLLM's own threads (the scheduler's, the worker's): one attempt,
+        # never a wait; then again after a pause that doubles each time, up
+        # to RETRY_ATTACH_MAX_S.
+        now = time.monotonic()
+        if now < self._next_attach:
+            return None
+        try:
+            if not own_regular_file(self.path):
+                raise FileNotFoundError(f"no region file of this user's at {self.path}")
+            self._region = Region.attach(self.path)
+            self.say_pending()
+        except (OSError, ValueError) as e:
+            self._attach_pause = min(self._attach_pause * 2, RETRY_ATTACH_MAX_S)
+            self._next_attach = time.monotonic() + self._attach_pause
+            if isinstance(e, ValueError):
+                # A file that is not a region this build can use (or one
+                # whose header is still being written): said once.
+                self.once.warn("attach-bad", "edgemark: %s is not a region this process can record into: %s", self.path, e)
+            else:
+                self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
+            return None
+        return self._region
+
+    def _read(self, request_id: str) -> Optional[Token]:
+        if self._reader_ok is None:
+            try:
+                self._reader.open()
+                self._reader_ok = True
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                self._reader_ok = False
+                self.once.warn("lookup", "edgemark: the request lookup cannot be trusted, it is not read: %s", e)
+        return self._reader.read(request_id) if self._reader_ok else None
+
+    def joined(self, request_id: str) -> bool:
+        """Whether a decode side joined the request published under
+        ``request_id`` (``Reader.join``)."""
+        if self._reader_ok is None:
+            self._read(request_id)
+        return bool(self._reader_ok) and self._reader.joined(request_id)
+
+    def _lookup(self, request_id: str) -> Optional[Token]:
+        owner = self.owner
+        if owner is not None:
+            token = owner.tokens.get(request_id)
+            if token is not None:
+                return token
+        return self._read(request_id)
+
+    def _remember(self, request_id: str, pd: PD) -> PD:
+        with self.lock:
+            self.requests[request_id] = pd
+            self.requests.move_to_end(request_id)
+            while len(self.requests) > CACHE:
+                self.requests.popitem(last=False)
+        return pd
+
+    def pd_of(self, request: Any) -> Optional[PD]:
+        """The hand-off state of the engine's ``request`` (a prefill or a
+        decode request), its token looked up once (again after
+        ``RETRY_MISSING_S`` while there is none); ``None`` for a request that
+        is neither."""
+        rid = getattr(request, "request_id", None)
+        if not isinstance(rid, str):
+            return None
+        pd = self.requests.get(rid)
+        if pd is not None and (pd.token is not None or time.monotonic() < pd.checked + RETRY_MISSING_S):
+            return pd
+        params = kv_params(request)
+        side = side_of(params)
+        if side is None:
+            return None
+        token, key, shared = None, rid, False
+        region = self.region()
+        if region is not None:
+            # A request of its own, which the API server began when it found
+            # no open prefill request to join, comes first; else the prefill
+            # side's request, while it is open (an entry whose request closed,
+            # its lease expired, stays in the lookup until its owner sweeps).
+            token = self._lookup(rid)
+            if token is None and side == "decode":
+                remote = params["remote_request_id"]  # type: ignore[index]
+                found = self._lookup(remote)
+                if found is not None and region.is_open(found):
+                    token, key, shared = found, remote, True
+        if token is None:
+            self.once.debug("token", "edgemark: no token for request %r, it records nothing here", rid)
+        pd = self._remember(rid, PD(side, key, token, shared, time.monotonic()))
+        if side == "decode" and token is not None:
+            # Watched for its first token from now on, whether or not its KV
+            # load is ever reported (nothing to load, a local recompute).
+            self.awaiting_output[rid] = pd
+        return pd
+
+    def pd_of_sent(self, request_id: str) -> Optional[PD]:
+        """The state of a request a worker reports sent (a prefill request,
+        its token looked up by its own ID): a worker has only the ID."""
+        pd = self.requests.get(request_id)
+        if pd is not None and (pd.token is not None or time.monotonic() < pd.checked + RETRY_MISSING_S):
+            return pd
+        token = self._lookup(request_id) if self.region() is not None else None
+        return self._remember(request_id, PD("prefill", request_id, token, False, time.monotonic()))
+
+    def record(self, pd: PD, event: int) -> bool:
+        """Records ``event`` of ``pd`` now, at most once per process and
+        request; ``True`` if this call recorded it."""
+        if event in pd.done or pd.token is None or pd.closed:
+            return False
+        region = self.region()
+        if region is None:
+            return False
+        # Recorded, or refused for good (recorded by another process, the
+        # request closed): either way this process is done with it.
+        pd.done.add(event)
+        return region.record(pd.token, PREFILL, DECODE, event)
+
+    def has(self, pd: PD, event: int) -> bool:
+        """Whether ``event`` is in ``pd``'s request (recorded by any process)."""
+        region = self._region
+        if region is None or pd.token is None:
+            return False
+        seg = region.snapshot(pd.token).get(_SEGMENT) or {}
+        return seg.get(EVENT_NAMES[event] + "_ms") is not None
+
+    def close(self, pd: PD) -> None:
+        """Closes ``pd``'s request (idempotent; a token already closed, by
+        this process or another, closes nothing)."""
+        if pd.closed or pd.token is None:
+            return
+        pd.closed = True
+        region = self._region
+        if region is not None:
+            region.close(pd.token)
+
+    def forget(self, request_id: str) -> None:
+        with self.lock:
+            self.requests.pop(request_id, None)
+            self.awaiting_output.pop(request_id, None)
+
+    # -- what each side does when -------------------------------------------
+
+    def handed_over(self, request: Any, delay_free: Any, params: Any) -> None:
+        """The prefill scheduler finished ``request``: emit when the
+        connector keeps its blocks for a decode side (``delay_free`` with
+        parameters to hand on); a request not handed over closes. The decode
+        scheduler finished ``request``: closes it unless a joined request
+        still waits for the prefill side's send complete."""
+        pd = self.pd_of(request)
+        if pd is None:
+            return
+        rid = request.request_id
+        if pd.side == "prefill":
+            if delay_free and params:
+                self.record(pd, EMIT)
+            else:
+                self.close(pd)
+                self.forget(rid)
+            return
+        self.awaiting_output.pop(rid, None)
+        if not pd.shared or not self.has(pd, OUTPUT) or self.has(pd, SEND):
+            self.close(pd)
+        self.forget(rid)
+
+    def sent(self, request_id: str) -> None:
+        """A worker saw the decode side finish reading ``request_id``'s KV
+        (send complete); the request closes unless a joined decode side
+        has not recorded its first output yet."""
+        pd = self.pd_of_sent(request_id)
+        if pd is None or pd.token is None:
+            return
+        self.record(pd, SEND)
+        if not self.joined(pd.key) or self.has(pd, OUTPUT):
+            self.close(pd)
+            self.forget(request_id)
+
+    def expired(self, request_id: str) -> None:
+        """A worker released ``request_id``'s blocks with no decode side
+        having read them (its lease expired): the request closes, the later
+        events null."""
+        pd = self.pd_of_sent(request_id)
+        if pd is not None:
+            self.close(pd)
+        self.forget(request_id)
+
+    def accepted(self, request_id: str) -> None:
+        """The decode side's KV for ``request_id`` is loaded (a request the
+        scheduler registered in this process)."""
+        pd = self.requests.get(request_id)
+        if pd is None or pd.side != "decode" or pd.token is None:
+            return
+        self.record(pd, ACCEPT)
+
+    def first_output(self, model_runner_output: Any) -> None:
+        """The scheduler's step output: the first token of each request
+        waiting for one."""
+        index = model_runner_output.req_id_to_index
+        sampled = model_runner_output.sampled_token_ids
+        for rid, pd in list(self.awaiting_output.items()):
+            i = index.get(rid)
+            if i is None or i >= len(sampled) or len(sampled[i]) == 0:
+                continue
+            self.awaiting_output.pop(rid, None)
+            self.record(pd, OUTPUT)
+            if pd.shared and self.has(pd, SEND):
+                self.close(pd)
+
+
+__all__ = [
+    "ACCEPT",
+    "EMIT",
+    "ENV_ENABLE",
+    "ENV_REGION",
+    "ENV_SLOTS",
+    "OUTPUT",
+    "PD",
+    "Recording",
+    "SEND",
+    "kv_params",
+    "log",
+    "side_of",
+]

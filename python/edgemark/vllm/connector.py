@@ -1,0 +1,294 @@
+"""The engine core and the model worker: the KV connectors, and the
+scheduler's per-step output.
+
+One patch point reaches every connector in both processes:
+``KVConnectorFactory.create_connector`` (the scheduler calls it, and the
+worker through ``kv_transfer_state``). Its wrapper patches the hooks of each
+connector instance it returns (instance attributes: the class is never
+changed), once each hook has been checked by name and parameters; a
+connector without them is left alone, with one warning. So is a connector
+made of others (``MultiConnector``, which has ``sub_connectors``): it
+aggregates its children's answers, so its own hooks do not say which child
+handed a request over or read it, and its children are made without the
+factory. Such a pair runs unrecorded (docs/limitations.md).
+
+==========================================  ==============================================
+call site (on each connector instance)      records
+==========================================  ==============================================
+scheduler side: ``request_finished`` and    ``producer_first_nonempty_emit`` when a prefill
+``request_finished_all_groups``             request's blocks are kept for a decode side
+                                            (``(True, params)``); a prefill request not
+                                            handed over closes; a finished decode request
+                                            closes (see ``_recording``)
+scheduler side: ``update_state_after_       a decode request is registered, its token
+alloc``                                     looked up through ``remote_request_id``
+scheduler side: ``update_connector_         ``consumer_first_accept`` for each decode
+output``                                    request in ``finished_recving`` and not in
+                                            ``failed_recving`` (if the worker did not)
+worker side: ``get_transfer_results``       ``consumer_first_accept`` as above, for a
+                                            decode request this process registered; for
+                                            NIXL, a ``finished_sending`` ID no decode side
+                                            notified is a lease that expired: its request
+                                            closes; for other connectors, every
+                                            ``finished_sending`` ID is send complete
+NIXL's worker: ``_get_new_notifs``          ``edge_first_send_complete`` for each request a
+                                            decode side said it has read
+==========================================  ==============================================
+
+=======================================  ===================================================
+call site (class)                        records
+=======================================  ===================================================
+``Scheduler.update_from_output``         ``consumer_first_nonempty_output``: the first
+                                         step whose sampled tokens for a registered decode
+                                         request are not empty. While no decode request
+                                         waits for its first token (every request already
+                                         recorded) the wrapper only tests one dict and
+                                         calls through.
+=======================================  ===================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, Optional, Set, Tuple
+
+from .._instrument import Target
+from ._recording import Recording, log
+
+_FACTORY = "vllm.distributed.kv_transfer.kv_connector.factory"
+
+#: The scheduler side's hooks and the parameters each wrapper relies on.
+SCHEDULER_HOOKS: Dict[str, Tuple[str, ...]] = {
+    "update_state_after_alloc": ("request", "blocks", "num_external_tokens"),
+    "update_connector_output": ("connector_output",),
+}
+#: At least one of these (``request_finished_all_groups`` for connectors
+#: that support the hybrid allocator, NIXL among them).
+FINISH_HOOKS: Dict[str, Tuple[str, ...]] = {
+    "request_finished": ("request", "block_ids"),
+    "request_finished_all_groups": ("request", "block_ids"),
+}
+WORKER_HOOKS: Dict[str, Tuple[str, ...]] = {
+    "get_transfer_results": ("finished_req_ids",),
+}
+
+def _params(method: Any) -> Optional[Tuple[str, ...]]:
+    try:
+        return tuple(inspect.signature(method).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_hooks(connector: Any, role: str) -> Tuple[Dict[str, Any], str]:
+    """The hooks of ``connector`` the plugin wraps for ``role``
+    (``"SCHEDULER"`` or ``"WORKER"``), as bound methods by name; or ``{}``
+    and why not."""
+    if role == "SCHEDULER":
+        wanted, either = SCHEDULER_HOOKS, FINISH_HOOKS
+    elif role == "WORKER":
+        wanted, either = WORKER_HOOKS, {}
+    else:
+        return {}, f"role {role} is neither the scheduler's nor the worker's"
+    found: Dict[str, Any] = {}
+    for name, params in {**wanted, **either}.items():
+        method = getattr(connector, name, None)
+        if method is None:
+            if name in wanted:
+                return {}, f"it has no {name}"
+            continue
+        got = _params(method)
+        if not callable(method) or got is None or got[: len(params)] != params:
+            return {}, f"its {name} takes {got}, expected {params}"
+        found[name] = method
+    if either and not any(n in found for n in either):
+        return {}, f"it has neither {' nor '.join(either)}"
+    return found, ""
+
+
+def _nixl_notifications(connector: Any) -> Optional[Any]:
+    """NIXL's worker and its ``_get_new_notifs``, which returns the IDs of
+    the requests a decode side has finished reading (``get_transfer_results``
+    adds those whose lease expired to the same set)."""
+    worker = getattr(connector, "connector_worker", None)
+    method = getattr(worker, "_get_new_notifs", None)
+    if method is None or not callable(method) or _params(method) != ():
+        return None
+    return worker
+
+
+def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
+    """Patches ``connector``'s hooks for ``role``; ``False`` (and one
+    warning per connector class) when it lacks them."""
+    if getattr(type(connector), "sub_connectors", None) is not None:
+        hooks, why = {}, "it is made of other connectors (sub_connectors), which edgemark does not record yet"
+    else:
+        hooks, why = check_hooks(connector, role)
+    if not hooks:
+        rec.once.warn(
+            f"connector-{type(connector).__qualname__}-{role}",
+            "edgemark: the KV connector %s (%s side) is not one edgemark understands (%s): its hand-off is not "
+            "recorded",
+            type(connector).__name__,
+            role.lower(),
+            why,
+        )
+        return False
+    for name, method in hooks.items():
+        make = _SCHEDULER_WRAPPERS.get(name) or _WORKER_WRAPPERS[name]
+        wrapper = make(method, rec, connector)
+        setattr(connector, name, functools.wraps(method)(wrapper))
+    log.debug("edgemark: wrapped the %s side of KV connector %s", role.lower(), type(connector).__name__)
+    return True
+
+
+# -- scheduler side -------------------------------------------------------------
+
+
+def _finished(method: Callable, rec: Recording, connector: Any) -> Callable:
+    def request_finished(request, block_ids, *args, **kwargs):
+        result = method(request, block_ids, *args, **kwargs)
+        try:
+            delay_free, params = result
+            rec.handed_over(request, delay_free, params)
+        except Exception as e:  # noqa: BLE001 - recording never fails a request
+            rec.once.debug("w-finished", "edgemark: a finished request not recorded: %r", e)
+        return result
+
+    return request_finished
+
+
+def _after_alloc(method: Callable, rec: Recording, connector: Any) -> Callable:
+    def update_state_after_alloc(request, blocks, num_external_tokens, *args, **kwargs):
+        try:
+            # Before the connector's own update, which may clear
+            # ``do_remote_prefill`` (NIXL does).
+            rec.pd_of(request)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-alloc", "edgemark: a decode request not registered: %r", e)
+        return method(request, blocks, num_external_tokens, *args, **kwargs)
+
+    return update_state_after_alloc
+
+
+def _accepted(rec: Recording, finished_recving: Any, failed: Any) -> None:
+    for rid in finished_recving:
+        if not failed or rid not in failed:
+            rec.accepted(rid)
+
+
+def _connector_output(method: Callable, rec: Recording, connector: Any) -> Callable:
+    def update_connector_output(connector_output, *args, **kwargs):
+        try:
+            recving = connector_output.finished_recving
+            if recving:
+                _accepted(rec, recving, connector_output.failed_recving)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-output", "edgemark: consumer accept not recorded: %r", e)
+        return method(connector_output, *args, **kwargs)
+
+    return update_connector_output
+
+
+_SCHEDULER_WRAPPERS = {
+    "request_finished": _finished,
+    "request_finished_all_groups": _finished,
+    "update_state_after_alloc": _after_alloc,
+    "update_connector_output": _connector_output,
+}
+
+
+# -- worker side ----------------------------------------------------------------
+
+
+def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Callable:
+    worker = _nixl_notifications(connector)
+    notified: Optional[Set[str]] = None
+    if worker is not None:
+        notified = set()
+        get_new_notifs = worker._get_new_notifs
+
+        @functools.wraps(get_new_notifs)
+        def _get_new_notifs(*args, **kwargs):
+            ids = get_new_notifs(*args, **kwargs)
+            try:
+                # All of them first: an ID missing here would be taken for a
+                # lease that expired.
+                notified.update(ids)
+            except Exception as e:  # noqa: BLE001
+                rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
+                return ids
+            for rid in ids:
+                try:
+                    rec.sent(rid)
+                except Exception as e:  # noqa: BLE001
+                    rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
+            return ids
+
+        worker._get_new_notifs = _get_new_notifs
+
+    def get_transfer_results(finished_req_ids, *args, **kwargs):
+        if notified is not None:
+            notified.clear()
+        results = method(finished_req_ids, *args, **kwargs)
+        try:
+            sending = results.finished_sending
+            if sending:
+                for rid in sending:
+                    if notified is None:
+                        rec.sent(rid)
+                    elif rid not in notified:
+                        rec.expired(rid)
+            recving = results.finished_recving
+            if recving:
+                _accepted(rec, recving, results.failed_recving)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-results", "edgemark: transfer results not recorded: %r", e)
+        return results
+
+    return get_transfer_results
+
+
+_WORKER_WRAPPERS = {"get_transfer_results": _transfer_results}
+
+
+# -- the factory and the scheduler's step ---------------------------------------
+
+
+def wrap_create_connector(orig: Callable, rec: Recording) -> Callable:
+    def create_connector(cls, config, role, kv_cache_config, *args, **kwargs):
+        connector = orig(cls, config, role, kv_cache_config, *args, **kwargs)
+        try:
+            wrap_instance(connector, getattr(role, "name", str(role)), rec)
+        except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM
+            rec.once.warn("w-factory", "edgemark: a KV connector was not wrapped: %r", e)
+        return connector
+
+    return create_connector
+
+
+def wrap_update_from_output(orig: Callable, rec: Recording) -> Callable:
+    waiting = rec.awaiting_output
+
+    def update_from_output(self, scheduler_output, model_runner_output, *args, **kwargs):
+        if not waiting:
+            return orig(self, scheduler_output, model_runner_output, *args, **kwargs)
+        out = orig(self, scheduler_output, model_runner_output, *args, **kwargs)
+        try:
+            rec.first_output(model_runner_output)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-first", "edgemark: consumer output not recorded: %r", e)
+        return out
+
+    return update_from_output
+
+
+TARGETS = (
+    Target(_FACTORY, "KVConnectorFactory", "create_connector", ("cls", "config", "role", "kv_cache_config"),
+           wrap_create_connector),
+)  # fmt: skip
+
+ENGINE_TARGETS = (
+    Target("vllm.v1.core.sched.scheduler", "Scheduler", "update_from_output",
+           ("self", "scheduler_output", "model_runner_output"), wrap_update_from_output),
+)  # fmt: skip

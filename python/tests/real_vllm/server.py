@@ -1,0 +1,448 @@
+"""Start real ``vllm serve`` instances for disaggregated prefill/decode
+(P/D) on the CPU, and do a P/D proxy's two steps against them.
+
+Test support, standard library only, so it imports with the Python of any
+environment the servers run in::
+
+    from server import VllmServer, free_port, pd_complete
+
+    p, d = VllmServer(python, model, free_port(), free_port()), VllmServer(...)
+    with p, d:
+        p.wait_ready(300); d.wait_ready(300)
+        first, second = pd_complete(p.port, d.port, "Hello " * 40, max_tokens=8,
+                                    request_id="pd-1", traceparent=tp)
+
+Each ``VllmServer`` runs ``<env>/bin/vllm serve MODEL`` as a user does for
+P/D over NIXL on the CPU: ``--kv-transfer-config`` with ``NixlConnector``,
+``kv_role`` ``kv_both`` and ``kv_buffer_device`` ``cpu``, its own
+``VLLM_NIXL_SIDE_CHANNEL_PORT``, ``--enforce-eager --dtype float32
+--block-size 32``, and ``VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1
+VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1``. It runs in a session of its own, so that the API server
+and its engine core share one process group that ``stop`` clears.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# The default cache for the environments and the tiny model; tests take
+# theirs from the environment.
+DEFAULT_CACHE_DIR = "/var/cache/edgemark"
+
+# What each instance's environment needs on the CPU: 1 GiB of KV cache, no
+# model hub, and one unbound OpenMP thread per worker. Without
+# ``VLLM_CPU_OMP_THREADS_BIND=nobind`` vLLM's CPU worker binds an OpenMP
+# thread to every core and sets ``OMP_NUM_THREADS`` to match, whatever the
+# environment says; two instances on two cores then spin four threads on
+# two cores, and NIXL's hand-offs wait for the prefill side's lease to expire
+# (README.md here).
+SERVER_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+}
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _bin_dir(python: str | os.PathLike) -> Path:
+    # Not resolved: a venv's python is a symlink to the base interpreter.
+    return Path(python).absolute().parent
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid` (from /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def kv_transfer_config(extra: dict | None = None) -> str:
+    """The ``--kv-transfer-config`` of one instance: NIXL, either role,
+    its KV buffer in host memory; `extra` becomes
+    ``kv_connector_extra_config`` (``{"kv_lease_duration": 10}``: how long
+    a prefill instance holds a request's blocks for a decode that does not
+    come, 30 s by default)."""
+    config = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    if extra:
+        config["kv_connector_extra_config"] = dict(extra)
+    return json.dumps(config, separators=(",", ":"))
+
+
+class ServerDied(RuntimeError):
+    """The server process ended before it was ready."""
+
+
+class VllmServer:
+    """One ``vllm serve`` instance of a P/D pair (context manager: start,
+    stop).
+
+    `env` is laid over this process's environment without its ``EDGEMARK_*``
+    variables and over ``SERVER_ENV``: the edgemark plugin stays off unless
+    `env` sets ``EDGEMARK_VLLM``. `nice` runs the server at that niceness;
+    `host` is the address it listens on, its NIXL side channel's too (the
+    decode instance reaches the prefill instance's there).
+    """
+
+    def __init__(
+        self,
+        python: str | os.PathLike,
+        model_dir: str | os.PathLike,
+        port: int,
+        side_channel_port: int,
+        env: dict[str, str] | None = None,
+        log_path: str | os.PathLike | None = None,
+        kv_extra: dict | None = None,
+        extra_args: tuple[str, ...] = (),
+        nice: int = 0,
+        host: str = HOST,
+    ):
+        self.python = Path(python)
+        #: The address it listens on, and its NIXL side channel's.
+        self.host = host
+        self.model_dir = str(model_dir)
+        self.port = int(port)
+        self.side_channel_port = int(side_channel_port)
+        self.env = dict(env or {})
+        self.log_path = Path(log_path) if log_path is not None else Path(tempfile.mkstemp(suffix=".log")[1])
+        self.kv_extra = kv_extra
+        self.extra_args = tuple(extra_args)
+        self.nice = int(nice)
+        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.started_at: float | None = None
+        self.ready_after: float | None = None
+
+    def command(self) -> list[str]:
+        cmd = [
+            str(_bin_dir(self.python) / "vllm"),
+            "serve",
+            self.model_dir,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--enforce-eager",
+            "--dtype",
+            "float32",
+            "--block-size",
+            "32",
+            "--max-model-len",
+            "2048",
+            "--kv-transfer-config",
+            kv_transfer_config(self.kv_extra),
+            *self.extra_args,
+        ]
+        return (["nice", "-n", str(self.nice)] if self.nice else []) + cmd
+
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+        env.update(SERVER_ENV)
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
+        env.update(self.env)
+        env["PATH"] = f"{_bin_dir(self.python)}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def start(self) -> "VllmServer":
+        if self.proc is not None:
+            raise RuntimeError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                env=self.environ(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+        self.started_at = time.monotonic()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def group_pids(self) -> list[int]:
+        """Live processes of the server's process group (the leader included)."""
+        return group_pids(self.pid) if self.pid is not None else []
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float = 300.0) -> float:
+        """Waits until ``GET /health`` answers 200; returns the seconds since
+        `start`."""
+        if self.proc is None or self.started_at is None:
+            raise RuntimeError("server not started")
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                raise ServerDied(
+                    f"vllm serve exited with {self.proc.returncode} before it was ready; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if health(self.port, self.host):
+                self.ready_after = time.monotonic() - self.started_at
+                return self.ready_after
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vllm serve not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(1.0)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
+        """Sends `sig` to the group leader and waits up to `timeout` for the
+        whole group to end; then SIGKILLs whatever of the group is left.
+        Returns the leader's exit code (None if it was never started)."""
+        if self.proc is None or self.pid is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        try:
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        while self.group_pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self.group_pids():
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            end = time.monotonic() + 10
+            while self.group_pids() and time.monotonic() < end:
+                time.sleep(0.2)
+        return self.proc.returncode
+
+    def __enter__(self) -> "VllmServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ------------------------------------------------------------------ requests
+
+
+class CompletionError(RuntimeError):
+    def __init__(self, status: int, body: bytes):
+        super().__init__(f"completion failed: HTTP {status}: {body[:500]!r}")
+        self.status = status
+        self.body = body
+
+
+def health(port: int, host: str = HOST) -> bool:
+    conn = http.client.HTTPConnection(host, port, timeout=2)
+    try:
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def model_name(port: int, host: str = HOST) -> str:
+    """The one model the instance serves (``GET /v1/models``)."""
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request("GET", "/v1/models")
+        return json.loads(conn.getresponse().read())["data"][0]["id"]
+    finally:
+        conn.close()
+
+
+def complete(
+    port: int,
+    body: dict,
+    request_id: str | None = None,
+    traceparent: str | None = None,
+    timeout: float = 120.0,
+    host: str = HOST,
+) -> dict:
+    """One ``POST /v1/completions``; its JSON. ``X-Request-Id`` and
+    ``traceparent`` are sent as headers when given."""
+    headers = {"Content-Type": "application/json"}
+    if request_id is not None:
+        headers["X-Request-Id"] = request_id
+    if traceparent is not None:
+        headers["traceparent"] = traceparent
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise CompletionError(resp.status, data)
+        return json.loads(data)
+    finally:
+        conn.close()
+
+
+def completion_body(model: str, prompt: str, max_tokens: int, **fields) -> dict:
+    """A greedy completion of exactly `max_tokens` tokens (``ignore_eos``:
+    a random model's end token must not cut it short)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0.0, "ignore_eos": True}
+    body.update(fields)
+    return body
+
+
+def prefill(
+    port: int, body: dict, request_id: str | None = None, traceparent: str | None = None, host: str = HOST, timeout: float = 120.0
+) -> dict:
+    """The proxy's first step: `body` with ``max_tokens`` 1 and
+    ``kv_transfer_params`` asking the prefill instance to keep the KV for a
+    remote decode. Its response carries the ``kv_transfer_params`` the
+    decode instance needs."""
+    first = dict(body)
+    first.update(
+        max_tokens=1,
+        stream=False,
+        kv_transfer_params={
+            "do_remote_decode": True,
+            "do_remote_prefill": False,
+            "remote_engine_id": None,
+            "remote_block_ids": None,
+            "remote_host": None,
+            "remote_port": None,
+        },
+    )
+    first.pop("max_completion_tokens", None)
+    first.pop("stream_options", None)
+    return complete(port, first, request_id, traceparent, timeout, host)
+
+
+def decode(
+    port: int,
+    body: dict,
+    kv_transfer_params: dict,
+    request_id: str | None = None,
+    traceparent: str | None = None,
+    host: str = HOST,
+    timeout: float = 120.0,
+) -> dict:
+    """The proxy's second step: the original `body` with the prefill
+    response's ``kv_transfer_params``, to the decode instance."""
+    second = dict(body)
+    second["kv_transfer_params"] = kv_transfer_params
+    return complete(port, second, request_id, traceparent, timeout, host)
+
+
+def pd_complete(
+    prefill_port: int,
+    decode_port: int,
+    prompt: str,
+    max_tokens: int = 8,
+    request_id: str | None = None,
+    traceparent: str | None = None,
+    model: str | None = None,
+    prefill_host: str = HOST,
+    decode_host: str = HOST,
+    timeout: float = 120.0,
+) -> tuple[dict, dict]:
+    """Both steps, as vLLM's P/D proxy does them (the same ``X-Request-Id``
+    and ``traceparent`` to both); returns the two responses. `timeout`
+    bounds each step."""
+    model = model or model_name(prefill_port, prefill_host)
+    body = completion_body(model, prompt, max_tokens)
+    first = prefill(prefill_port, body, request_id, traceparent, prefill_host, timeout)
+    params = first.get("kv_transfer_params")
+    if not params:
+        raise CompletionError(200, json.dumps(first).encode())
+    second = decode(decode_port, body, params, request_id, traceparent, decode_host, timeout)
+    return first, second
+
+
+def warm_up(
+    prefill_port: int,
+    decode_port: int,
+    attempts: int = 5,
+    prefill_host: str = HOST,
+    decode_host: str = HOST,
+    timeout: float = 600.0,
+) -> int:
+    """The first hand-off between a new pair, retried: it does NIXL's
+    side-channel handshake, whose reply vLLM waits for 5 s at most (a fixed
+    ``RCVTIMEO``); on a loaded machine the prefill instance may answer later,
+    and vLLM then fails that request (HTTP 500, "handshake_failed") and
+    tries the handshake again with the next one. Returns the attempts it
+    took; raises the last error after `attempts`."""
+    for attempt in range(1, attempts + 1):
+        try:
+            pd_complete(
+                prefill_port, decode_port, prompt_of(167, 4242), 2, request_id=f"pd-warm-up-{os.getpid()}-{attempt}",
+                prefill_host=prefill_host, decode_host=decode_host, timeout=timeout,
+            )
+            return attempt
+        except CompletionError:
+            if attempt == attempts:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
+def prompt_of(n_tokens: int, salt: int = 0) -> str:
+    """A prompt of exactly `n_tokens` tokens for the tiny model (one token
+    per byte), differing by `salt`."""
+    words = f"request {salt} asks: " + "the quick brown fox jumps over the lazy dog " * (n_tokens // 40 + 2)
+    return words[:n_tokens]
+
+
+if __name__ == "__main__":
+    # python server.py ENV_PYTHON MODEL_DIR: start a pair, send one request, stop.
+    import sys
+
+    py, model = sys.argv[1], sys.argv[2]
+    p = VllmServer(py, model, free_port(), free_port(), log_path="/tmp/pd-prefill.log", nice=5)
+    d = VllmServer(py, model, free_port(), free_port(), log_path="/tmp/pd-decode.log", nice=5)
+    with p, d:
+        print(f"prefill ready after {p.wait_ready(600):.1f} s, decode after {d.wait_ready(600):.1f} s")
+        t = time.monotonic()
+        first, second = pd_complete(p.port, d.port, prompt_of(167), 8, request_id="smoke-1")
+        print(f"{time.monotonic() - t:.2f} s:", first["choices"][0]["text"], "|", second["choices"][0]["text"])
+        print(first.get("kv_transfer_params"))
+    print("left:", p.group_pids(), d.group_pids())

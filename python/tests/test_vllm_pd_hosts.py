@@ -1,0 +1,214 @@
+"""A real P/D pair across two hosts: the prefill ``vllm serve`` on host A,
+the decode one on host B (two network namespaces joined by a bridge, each
+with its own ``/dev/shm``: ``_hosts.py``), handing requests over through
+NixlConnector over TCP, each recording through the installed plugin into its
+own host's region (``EDGEMARK_VLLM=1``, ``EDGEMARK_VLLM_REGION`` in the
+host's ``/dev/shm``), one ``edgemark export --otlp`` per host, and Arize
+Phoenix joining both hosts' spans by the trace the client's ``traceparent``
+names (the proxy's two steps forward it to both instances).
+
+Per request, in Phoenix: one ``edgemark request`` span from each host, both
+children of the client's span, in different regions; host A's edge span
+carries emit and send complete, host B's accept and first output; no event
+is on both hosts.
+
+Needs vLLM with NIXL, Arize Phoenix in the environment ``EDGEMARK_OTEL_VENV``
+names, the ``edgemark`` command (``EDGEMARK_CLI``), root, ``ip``,
+``unshare`` and ``nsenter``. Where one is missing the module is skipped,
+unless ``EDGEMARK_REQUIRE_VLLM=1``, which makes it fail. Every process started
+is stopped by its saved pid (its process group), every namespace and link is
+deleted by its saved name, on failure too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+import _hosts
+from _hosts import Hosts, attr, event_names, named, tree, wait_for
+from _live import metric
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = os.path.join(HERE, "real_vllm")
+#: A bound on each HTTP step of a request, never a timing that is asserted.
+STEP_S = 600.0
+#: NIXL's lease on a prefilled request's blocks (see test_vllm_pd.py).
+LEASE_S = 120
+REQUESTS = 3
+A_EVENTS = {"producer_first_nonempty_emit", "edge_first_send_complete"}
+B_EVENTS = {"consumer_first_accept", "consumer_first_nonempty_output"}
+
+
+def _missing(what: str) -> None:
+    if os.environ.get("EDGEMARK_REQUIRE_VLLM") == "1":
+        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM=1 but {what}")
+    pytest.skip(what, allow_module_level=True)
+
+
+for _module, _what in (("vllm", "vllm is not installed"), ("nixl", "nixl is not installed (.ci/vllm-nixl)")):
+    if importlib.util.find_spec(_module) is None:
+        _missing(_what)
+if os.geteuid() != 0:
+    _missing("the two-host test needs root (network and mount namespaces)")
+for _tool in ("ip", "unshare", "nsenter"):
+    if shutil.which(_tool) is None:
+        _missing(f"the two-host test needs `{_tool}` (iproute2, util-linux)")
+_venv = os.environ.get("EDGEMARK_OTEL_VENV")
+PHOENIX = os.path.join(_venv, "bin", "phoenix") if _venv else ""
+if not os.path.isfile(PHOENIX):
+    _missing("no Arize Phoenix (EDGEMARK_OTEL_VENV)")
+EDGEMARK = os.environ.get("EDGEMARK_CLI") or os.path.join(os.path.dirname(os.path.dirname(HERE)), "target", "debug", "edgemark")
+if not os.path.isfile(EDGEMARK):
+    _missing(f"no edgemark command at {EDGEMARK} (cargo build -p edgemark-cli, or set EDGEMARK_CLI)")
+
+
+def _load(name: str, file: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(SUPPORT, file))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+pd = _load("real_vllm_server", "server.py")
+tiny = _load("real_vllm_tiny_qwen3", "tiny_qwen3.py")
+
+
+def region_of(h: str) -> str:
+    return f"/dev/shm/edgemark-pd-{h}.region"
+
+
+def start_instance(hosts: Hosts, h: str, name: str, model: str, port: int, side_port: int, kv_extra=None):
+    """``vllm serve`` inside host ``h``, as ``VllmServer`` would start it
+    there, listening (and its NIXL side channel) on the host's address."""
+    srv = pd.VllmServer(
+        sys.executable,
+        model,
+        port,
+        side_port,
+        # VLLM_PLUGINS: vLLM's allow-list, so that the vLLM-Omni plugins this
+        # environment also carries stay out of a plain vLLM server. UCX over
+        # the host's own interface: its loopback is no other host's.
+        env={
+            "EDGEMARK_VLLM": "1",
+            "EDGEMARK_VLLM_REGION": region_of(h),
+            "VLLM_PLUGINS": "edgemark_vllm",
+            "UCX_NET_DEVICES": "eth0",
+            "PYTHONUNBUFFERED": "1",
+        },
+        kv_extra=kv_extra,
+        nice=5,
+        host=hosts.addr[h],
+    )
+    proc = hosts.on(h, name, srv.command(), srv.environ())
+    return srv, proc
+
+
+@pytest.fixture(scope="module")
+def model():
+    where = os.environ.get("EDGEMARK_QWEN3_MODEL")
+    if where:
+        yield str(tiny.make(where))
+        return
+    with tempfile.TemporaryDirectory(prefix="tiny-qwen3-") as tmp:
+        yield str(tiny.make(os.path.join(tmp, "model")))
+
+
+@pytest.fixture(scope="module")
+def run(model):
+    """The scenario, once: both hosts, a warm-up and ``REQUESTS`` requests
+    across them, each in a trace of its own; what Phoenix holds."""
+    work = tempfile.mkdtemp(prefix="edgemark-pd-hosts-")
+    hosts = Hosts(work)
+    out: dict = {"addr": dict(hosts.addr)}
+    try:
+        phoenix = _hosts.Phoenix(hosts, work, PHOENIX)
+        a, b = hosts.addr["a"], hosts.addr["b"]
+        prefill, _ = start_instance(
+            hosts, "a", "prefill-a", model, hosts.port(), hosts.port(), {"kv_lease_duration": LEASE_S}
+        )
+        decode, _ = start_instance(hosts, "b", "decode-b", model, hosts.port(), hosts.port())
+        for srv in (prefill, decode):
+            wait_for(f"vllm serve on {srv.host} to answer /health", lambda: pd.health(srv.port, srv.host))
+        phoenix.wait_up()
+        for h in ("a", "b"):
+            assert hosts.exists(h, region_of(h)), f"host {h}'s API server made no region"
+        exporters = {h: _hosts.start_exporter(hosts, h, phoenix.url, region_of(h), EDGEMARK) for h in ("a", "b")}
+        name = pd.model_name(prefill.port, a)
+
+        def one(rid: str, tp=None, max_tokens: int = 8):
+            return pd.pd_complete(
+                prefill.port, decode.port, pd.prompt_of(167, len(rid)), max_tokens, request_id=rid, traceparent=tp,
+                model=name, prefill_host=a, decode_host=b, timeout=STEP_S,
+            )
+
+        # The first hand-off between a new pair does NIXL's side-channel
+        # handshake; it is done once, before the requests the test counts,
+        # and retried (vLLM waits 5 s for the handshake's reply).
+        pd.warm_up(prefill.port, decode.port, prefill_host=a, decode_host=b, timeout=STEP_S)
+        out["traces"] = traces = {}
+        for i in range(REQUESTS):
+            tp = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+            first, second = one(f"pd-hosts-{i}", tp)
+            traces[tp.split("-")[1]] = tp.split("-")[2]
+            assert second["usage"]["completion_tokens"] == 8
+
+        def both(trace_id: str, client_span: str):
+            spans = phoenix.spans(trace_id)
+            reqs = [s for s in named(spans, "edgemark request") if s.get("parent_id") == client_span]
+            events = {e for s in spans for e in event_names(s)}
+            return spans if len(reqs) == 2 and A_EVENTS | B_EVENTS <= events else None
+
+        out["spans"] = {t: wait_for(f"both hosts' spans of trace {t} in Phoenix", lambda t=t, c=c: both(t, c))
+                        for t, c in traces.items()}
+
+        def settled():
+            sent = {h: metric(u, "edgemark_otlp_exported_spans_total") for h, u in exporters.items()}
+            queued = sum(metric(u, "edgemark_otlp_queue_spans") for u in exporters.values())
+            return sent if queued == 0 else None
+
+        out["exported"] = wait_for("the exporters to have sent every span", settled)
+        out["spans"] = {t: phoenix.spans(t) for t in traces}
+        for t, spans in out["spans"].items():
+            print(f"Phoenix's span tree of trace {t}:\n{tree(spans)}", file=sys.stderr)
+        yield out
+    finally:
+        hosts.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_each_request_is_one_trace_joined_across_the_hosts(run):
+    for trace_id, client_span in run["traces"].items():
+        spans = run["spans"][trace_id]
+        assert all(s["context"]["trace_id"] == trace_id for s in spans)
+        reqs = [s for s in named(spans, "edgemark request") if s.get("parent_id") == client_span]
+        assert len(reqs) == 2, tree(spans)
+        regions = {attr(r, "edgemark.region") for r in reqs}
+        assert len(regions) == 2, "each host records in its own region"
+        by_host = {}
+        for r in reqs:
+            kids = [s for s in spans if s.get("parent_id") == r["context"]["span_id"]]
+            assert {s["name"] for s in kids} == {"edgemark 0->1"}, tree(spans)
+            by_host[frozenset(e for s in kids for e in event_names(s))] = kids
+        # One host holds the prefill side's events, the other the decode
+        # side's; none is on both (no delta across hosts).
+        assert set(by_host) == {frozenset(A_EVENTS), frozenset(B_EVENTS)}, tree(spans)
+        a_edge = by_host[frozenset(A_EVENTS)][0]
+        b_edge = by_host[frozenset(B_EVENTS)][0]
+        ta = {e["name"]: e["timestamp"] for e in a_edge["events"]}
+        tb = {e["name"]: e["timestamp"] for e in b_edge["events"]}
+        # Within a host, one clock: the orders causality fixes.
+        assert ta["producer_first_nonempty_emit"] <= ta["edge_first_send_complete"]
+        assert tb["consumer_first_accept"] <= tb["consumer_first_nonempty_output"]
+
+
+def test_each_host_exported_its_own_spans(run):
+    assert set(run["exported"]) == {"a", "b"}
+    assert all(n >= 2 * len(run["traces"]) for n in run["exported"].values()), run["exported"]
