@@ -120,6 +120,7 @@ def _nixl_notifications(connector: Any) -> Optional[Any]:
 def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
     """Patches ``connector``'s hooks for ``role``; ``False`` (and one
     warning per connector class) when it lacks them."""
+    hooks: Dict[str, Any]
     if getattr(type(connector), "sub_connectors", None) is not None:
         hooks, why = {}, "it is made of other connectors (sub_connectors), which edgemark does not record yet"
     else:
