@@ -22,6 +22,7 @@ import importlib
 import inspect
 import logging
 import multiprocessing
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
@@ -236,6 +237,23 @@ class Instrumentor(Generic[R]):
         if self._announce is not None:
             self._announce(roles, rec)
         return True
+
+    def register_from(self, var: str, plugin: str, what: str, instrument: Callable[[], bool]) -> None:
+        """The body of a plugin's entry point: nothing unless the variable
+        ``var`` is set; ``instrument()`` when it is ``1``; else one warning
+        that ``what`` is not recorded. Never raises (``plugin`` names the
+        plugin in the warning if anything does)."""
+        try:
+            value = os.environ.get(var)
+            if not value:
+                return
+            follow_vllm_logging()
+            if value != "1":
+                self.refuse("edgemark: %s=%r is not 1: %s not recorded", var, value, what)
+                return
+            instrument()
+        except Exception as e:  # noqa: BLE001 - a plugin must not stop the server
+            self._log.warning("edgemark: the %s plugin did not load: %s", plugin, e)
 
     def refuse(self, message: str, *args: Any) -> None:
         """Records nothing in this process, for a reason said once (as a

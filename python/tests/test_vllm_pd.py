@@ -33,12 +33,12 @@ import os
 import re
 import secrets
 import sys
-import tempfile
 import threading
 
 import pytest
 
 import edgemark
+from _live import wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_vllm")
@@ -92,12 +92,8 @@ def traceparent() -> str:
 
 @pytest.fixture(scope="module")
 def model():
-    where = os.environ.get("EDGEMARK_QWEN3_MODEL")
-    if where:
-        yield str(tiny.make(where))
-        return
-    with tempfile.TemporaryDirectory(prefix="tiny-qwen3-") as tmp:
-        yield str(tiny.make(os.path.join(tmp, "model")))
+    with tiny.made(os.environ.get("EDGEMARK_QWEN3_MODEL")) as where:
+        yield where
 
 
 @pytest.fixture(scope="module")
@@ -128,19 +124,6 @@ def pair(model, tmp_path_factory):
     finally:
         decode.stop()
         prefill.stop()
-
-
-def _wait(what, check, timeout=PATIENCE_S):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        v = check()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout}s for {what}")
-        time.sleep(0.2)
 
 
 def test_every_request_records_the_hand_off_and_an_aborted_one_closes_without_it(pair):
@@ -189,7 +172,7 @@ def test_every_request_records_the_hand_off_and_an_aborted_one_closes_without_it
             closed[c["trace_id"]] = c
         return set(traces.values()) <= set(closed)
 
-    _wait(f"{len(traces)} closed requests (the aborted one after its {LEASE_S} s lease)", all_closed)
+    wait_for(f"{len(traces)} closed requests (the aborted one after its {LEASE_S} s lease)", all_closed, PATIENCE_S)
     for name, trace in traces.items():
         seg = closed[trace]["snapshot"][EDGE]
         at = {e: seg[e + "_ms"] for e in EVENTS}

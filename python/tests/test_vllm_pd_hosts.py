@@ -113,12 +113,8 @@ def start_instance(hosts: Hosts, h: str, name: str, model: str, port: int, side_
 
 @pytest.fixture(scope="module")
 def model():
-    where = os.environ.get("EDGEMARK_QWEN3_MODEL")
-    if where:
-        yield str(tiny.make(where))
-        return
-    with tempfile.TemporaryDirectory(prefix="tiny-qwen3-") as tmp:
-        yield str(tiny.make(os.path.join(tmp, "model")))
+    with tiny.made(os.environ.get("EDGEMARK_QWEN3_MODEL")) as where:
+        yield where
 
 
 @pytest.fixture(scope="module")

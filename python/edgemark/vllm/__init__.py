@@ -78,17 +78,7 @@ def register() -> None:
     worker): ``instrument()`` when ``EDGEMARK_VLLM=1``, else nothing. Says
     once per process, on vLLM's logger, what it patched and where it
     records, or why it records nothing. Never raises."""
-    try:
-        value = os.environ.get(ENV_ENABLE)
-        if not value:
-            return
-        _instrument.follow_vllm_logging()
-        if value != "1":
-            instrumentor.refuse("edgemark: %s=%r is not 1: the P/D hand-off is not recorded", ENV_ENABLE, value)
-            return
-        instrument()
-    except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM
-        log.warning("edgemark: the vLLM plugin did not load: %s", e)
+    instrumentor.register_from(ENV_ENABLE, "vLLM", "the P/D hand-off is", instrument)
 
 
 def instrument() -> bool:

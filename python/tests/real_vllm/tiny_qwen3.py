@@ -23,12 +23,14 @@ has them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 # Bumped whenever what `make` writes changes; a directory with another
 # marker is rebuilt.
@@ -149,6 +151,18 @@ def is_current(dst: str | os.PathLike) -> bool:
         return json.loads((Path(dst) / MARKER).read_text()).get("format") == FORMAT_VERSION
     except (OSError, ValueError):
         return False
+
+
+@contextlib.contextmanager
+def made(where: str | os.PathLike | None) -> Iterator[str]:
+    """The tiny model's directory: built into `where` (kept there, reused
+    by later runs), or, with `where` ``None``, into a temporary directory
+    removed afterwards."""
+    if where:
+        yield str(make(where))
+        return
+    with tempfile.TemporaryDirectory(prefix="tiny-qwen3-") as tmp:
+        yield str(make(os.path.join(tmp, "model")))
 
 
 def make(dst: str | os.PathLike) -> Path:
