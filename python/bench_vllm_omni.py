@@ -293,8 +293,7 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("EDGEMARK_VLLM_OMNI_REGION", os.path.join(tempfile.mkdtemp(), "bench.region"))
-    from edgemark import vllm_omni
-    from edgemark.vllm_omni import _channel
+    from edgemark import _channel, vllm_omni
 
     vllm_omni.instrument() or sys.exit("the plugin did not instrument this vllm-omni")
     rec = vllm_omni.instrumentor.recording

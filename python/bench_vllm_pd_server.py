@@ -41,8 +41,14 @@ EDGE = "0->1:0"
 
 
 def one_pair(python: str, model: str, on: bool, args, work: str) -> dict:
+    import edgemark
+
     tag = f"{'on' if on else 'off'}-{time.time_ns()}"
-    region = os.path.join(work, f"pd-{tag}.region")
+    # Where users put it and where the plugin names it by default: the
+    # memory-backed directory. (A region on a disk's file system pays for
+    # the kernel's write-back: a record into a page being written out waits
+    # for it.)
+    region = os.path.join(edgemark.default_dir(), f"edgemark-pd-bench-{tag}.region")
     # VLLM_PLUGINS: vLLM's allow-list; the same in both modes, so that the
     # only difference is EDGEMARK_VLLM.
     env = {"VLLM_PLUGINS": "edgemark_vllm"}
