@@ -48,6 +48,8 @@ from types import SimpleNamespace
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+# The tests' stand-in stages, whose requests and payloads the bench uses.
+sys.path.insert(0, os.path.join(_HERE, "tests"))
 
 
 def _plain(value):
@@ -117,19 +119,12 @@ def runners():
 
 def adapters():
     import torch
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.request import Request
-
-    from vllm_omni.data_entry_keys import OmniPayloadStruct
     from vllm_omni.distributed.omni_connectors.transfer_adapter.chunk_transfer_adapter import (
         OmniChunkTransferAdapter,
     )
-    from vllm_omni.engine import OmniEngineCoreRequest
 
-    def processor(transfer_manager, multimodal_output, request, is_finished, **_):
-        payload = OmniPayloadStruct()
-        payload.embed = {"hidden": multimodal_output["hidden"]}
-        return payload
+    # The adapter-path test stage's payload builder and engine request.
+    from _vllm_omni_adapter_stage import processor, vllm_request
 
     def make(stage):
         model_config = SimpleNamespace(
@@ -153,23 +148,7 @@ def adapters():
     producer.connector, consumer.connector = connector, DictConnector(1)
     consumer.connector.store = connector.store
 
-    def request(rid):
-        core = OmniEngineCoreRequest(
-            request_id=rid,
-            prompt_token_ids=[1, 2, 3],
-            mm_features=None,
-            sampling_params=SamplingParams(max_tokens=8),
-            pooling_params=None,
-            arrival_time=time.time(),
-            lora_request=None,
-            cache_salt=None,
-            data_parallel_rank=None,
-        )
-        r = Request.from_engine_core_request(core, block_hasher=None)
-        r.external_req_id = rid
-        return r
-
-    return producer, consumer, request, {"hidden": torch.ones(2, 4)}, {}
+    return producer, consumer, vllm_request, {"hidden": torch.ones(2, 4)}, {}
 
 
 _steps = itertools.count(1)
