@@ -2,8 +2,9 @@
 Phoenix, the ``edgemark`` command): how they are found or skipped, and how a
 test waits for them and reads them over HTTP.
 
-A missing component skips the module, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1``
-or ``EDGEMARK_REQUIRE_OTEL=1`` (CI sets both), which makes it a failure.
+A missing component skips the module, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1``,
+``EDGEMARK_REQUIRE_VLLM=1`` or ``EDGEMARK_REQUIRE_OTEL=1`` (CI sets them for
+the steps that have the component), which makes it a failure.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 import urllib.request
 
@@ -20,14 +22,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
+_REQUIRE = ("EDGEMARK_REQUIRE_VLLM_OMNI", "EDGEMARK_REQUIRE_VLLM", "EDGEMARK_REQUIRE_OTEL")
+
+
 def required() -> bool:
-    return "1" in (os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI"), os.environ.get("EDGEMARK_REQUIRE_OTEL"))
+    return any(os.environ.get(v) == "1" for v in _REQUIRE)
 
 
 def missing(what: str) -> None:
     """Skips the calling module for ``what``, or fails where CI requires it."""
     if required():
-        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM_OMNI/EDGEMARK_REQUIRE_OTEL is set but {what}")
+        raise RuntimeError(f"{'/'.join(v for v in _REQUIRE if os.environ.get(v) == '1')}=1 but {what}")
     pytest.skip(what, allow_module_level=True)
 
 
@@ -38,6 +43,27 @@ def need_vllm_omni() -> None:
         if os.environ.get("EDGEMARK_REQUIRE_VLLM_OMNI") == "1":
             raise RuntimeError("EDGEMARK_REQUIRE_VLLM_OMNI=1 but vllm_omni is not installed")
         pytest.skip("vllm-omni is not installed", allow_module_level=True)
+
+
+def need_vllm_nixl() -> None:
+    """Skips where vLLM or NIXL is not installed (the plain test run): only
+    ``EDGEMARK_REQUIRE_VLLM=1`` makes that a failure."""
+    for module, what in (("vllm", "vllm is not installed"), ("nixl", "nixl is not installed (.ci/vllm-nixl)")):
+        if importlib.util.find_spec(module) is None:
+            if os.environ.get("EDGEMARK_REQUIRE_VLLM") == "1":
+                raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM=1 but {what}")
+            pytest.skip(what, allow_module_level=True)
+
+
+def load_support(directory: str, name: str, file: str):
+    """The test-support module ``directory/file``, imported as ``name``
+    (the support directories are not packages: each also runs with the
+    Python of the environment under test)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, file))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def phoenix_bin() -> str:

@@ -28,7 +28,6 @@ process started is stopped by its process group, on failure too.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import secrets
@@ -38,7 +37,7 @@ import threading
 import pytest
 
 import edgemark
-from _live import wait_for
+from _live import load_support, need_vllm_nixl, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_vllm")
@@ -63,27 +62,9 @@ EVENTS = (
 )
 
 
-def _need(module: str, what: str) -> None:
-    if importlib.util.find_spec(module) is None:
-        if os.environ.get("EDGEMARK_REQUIRE_VLLM") == "1":
-            raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM=1 but {what}")
-        pytest.skip(what, allow_module_level=True)
-
-
-_need("vllm", "vllm is not installed")
-_need("nixl", "nixl is not installed (.ci/vllm-nixl)")
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(SUPPORT, file))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pd = _load("real_vllm_server", "server.py")
-tiny = _load("real_vllm_tiny_qwen3", "tiny_qwen3.py")
+need_vllm_nixl()
+pd = load_support(SUPPORT, "real_vllm_server", "server.py")
+tiny = load_support(SUPPORT, "real_vllm_tiny_qwen3", "tiny_qwen3.py")
 
 
 def traceparent() -> str:

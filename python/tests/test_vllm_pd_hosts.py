@@ -22,7 +22,6 @@ deleted by its saved name, on failure too.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import shutil
@@ -33,7 +32,7 @@ import pytest
 
 import _hosts
 from _hosts import Hosts, attr, event_names, named, tree, wait_for
-from _live import metric
+from _live import edgemark_bin, load_support, metric, missing, need_vllm_nixl, phoenix_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_vllm")
@@ -46,39 +45,16 @@ A_EVENTS = {"producer_first_nonempty_emit", "edge_first_send_complete"}
 B_EVENTS = {"consumer_first_accept", "consumer_first_nonempty_output"}
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("EDGEMARK_REQUIRE_VLLM") == "1":
-        raise RuntimeError(f"EDGEMARK_REQUIRE_VLLM=1 but {what}")
-    pytest.skip(what, allow_module_level=True)
-
-
-for _module, _what in (("vllm", "vllm is not installed"), ("nixl", "nixl is not installed (.ci/vllm-nixl)")):
-    if importlib.util.find_spec(_module) is None:
-        _missing(_what)
+need_vllm_nixl()
 if os.geteuid() != 0:
-    _missing("the two-host test needs root (network and mount namespaces)")
+    missing("the two-host test needs root (network and mount namespaces)")
 for _tool in ("ip", "unshare", "nsenter"):
     if shutil.which(_tool) is None:
-        _missing(f"the two-host test needs `{_tool}` (iproute2, util-linux)")
-_venv = os.environ.get("EDGEMARK_OTEL_VENV")
-PHOENIX = os.path.join(_venv, "bin", "phoenix") if _venv else ""
-if not os.path.isfile(PHOENIX):
-    _missing("no Arize Phoenix (EDGEMARK_OTEL_VENV)")
-EDGEMARK = os.environ.get("EDGEMARK_CLI") or os.path.join(os.path.dirname(os.path.dirname(HERE)), "target", "debug", "edgemark")
-if not os.path.isfile(EDGEMARK):
-    _missing(f"no edgemark command at {EDGEMARK} (cargo build -p edgemark-cli, or set EDGEMARK_CLI)")
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(SUPPORT, file))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pd = _load("real_vllm_server", "server.py")
-tiny = _load("real_vllm_tiny_qwen3", "tiny_qwen3.py")
+        missing(f"the two-host test needs `{_tool}` (iproute2, util-linux)")
+PHOENIX = phoenix_bin()
+EDGEMARK = edgemark_bin()
+pd = load_support(SUPPORT, "real_vllm_server", "server.py")
+tiny = load_support(SUPPORT, "real_vllm_tiny_qwen3", "tiny_qwen3.py")
 
 
 def region_of(h: str) -> str:
