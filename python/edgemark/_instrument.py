@@ -23,6 +23,7 @@ import inspect
 import logging
 import multiprocessing
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, Sequence, Tuple, TypeVar
@@ -115,6 +116,18 @@ def is_supported(version: Optional[str], spec: str) -> bool:
         return False
 
 
+def requirement(instruments: Tuple[str, ...]) -> Tuple[str, str]:
+    """The distribution and the version specifier of a plugin's one
+    requirement, as the OpenTelemetry contrib instrumentors declare it
+    (``_instruments = ("vllm >= 0.32.0, < 0.33",)``): the one place the
+    supported range is written."""
+    (only,) = instruments
+    m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*", only)
+    if m is None or not m.group(2):
+        raise ValueError(f"not a requirement with a version range: {only!r}")
+    return m.group(1), re.sub(r"\s+", "", m.group(2))
+
+
 def process_name() -> str:
     """This process's name as ``multiprocessing`` knows it: what vLLM names
     the processes it starts (``EngineCore_DP0``, ``VllmWorker-0``, vLLM-Omni's
@@ -145,15 +158,14 @@ class Instrumentor(Generic[R]):
     def __init__(
         self,
         *,
-        distribution: str,
-        supported: str,
+        instruments: Tuple[str, ...],
         targets: Dict[str, Tuple[Target, ...]],
         make_recording: Callable[[Callable[[], None]], R],
         log: logging.Logger,
         announce: Optional[Callable[[Tuple[str, ...], R], None]] = None,
     ) -> None:
-        self.distribution = distribution
-        self.supported = supported
+        self.instruments = instruments
+        self.distribution, self.supported = requirement(instruments)
         self._targets = targets
         self._make_recording = make_recording
         self._log = log
@@ -169,7 +181,7 @@ class Instrumentor(Generic[R]):
         self.recording: Optional[R] = None
 
     def instrumentation_dependencies(self) -> Tuple[str, ...]:
-        return (f"{self.distribution} {self.supported}",)
+        return self.instruments
 
     @property
     def is_instrumented(self) -> bool:

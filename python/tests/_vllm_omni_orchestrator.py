@@ -530,7 +530,7 @@ def scenario_small() -> dict:
         pass
     # vLLM-Omni's __init__ ran into our stand-in arguments; the wrapper runs
     # after it only when it returns, so create the region as it would.
-    vllm_omni.instrumentor.recording.ensure_owner(3, 65536)
+    vllm_omni.instrumentor.recording.ensure_owner([(a, b) for a in range(3) for b in range(3) if a != b], 65536)
     server = Server()
     server.begin("req-S")
     response = server.respond(1, "req-S", [7])

@@ -80,119 +80,6 @@ def test_event_ids_are_the_cores():
     ]
 
 
-# -- clean -------------------------------------------------------------------
-
-
-def clean(directory) -> str:
-    return subprocess.run(
-        [sys.executable, "-m", "edgemark.vllm_omni", "clean", "--dir", str(directory)],
-        capture_output=True,
-        check=True,
-    ).stdout.decode("utf-8", "surrogateescape")
-
-
-def test_clean_removes_only_what_dead_servers_left(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    live = os.getpid()
-    for pid in (dead.pid, live):
-        region = edgemark.Region.create(str(tmp_path / f"edgemark-vllm-omni-{pid}.region"), edges=[(0, 1)], slots=4)
-        del region
-        (tmp_path / f"edgemark-vllm-omni-{pid}.requests").mkdir()
-        (tmp_path / f"edgemark-vllm-omni-{pid}.requests" / "entry").write_text("x")
-    (tmp_path / "other.region").write_text("not the plugin's")
-    out = clean(tmp_path)
-    left = sorted(os.listdir(tmp_path))
-    assert left == sorted(["other.region", f"edgemark-vllm-omni-{live}.region", f"edgemark-vllm-omni-{live}.requests"])
-    assert out.count("removed ") == 2 and str(dead.pid) in out
-
-
-def test_clean_survives_any_name_and_says_each_removal(tmp_path):
-    names = [
-        "edgemark-vllm-omni-99999999999999999999.region",  # past any pid
-        "edgemark-vllm-omni-0.region",  # pid 0 is no process
-        "edgemark-vllm-omni-0.requests",
-    ]
-    for n in names:
-        (tmp_path / n).write_text("x")
-    # A name that is not text, and names that only look like the plugin's.
-    (tmp_path / os.fsdecode(b"edgemark-vllm-omni-\xff.region")).write_text("x")
-    (tmp_path / "edgemark-vllm-omni-12.region.bak").write_text("x")
-    (tmp_path / "edgemark-vllm-omni-.region").write_text("x")
-    out = clean(tmp_path)
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        [os.fsdecode(b"edgemark-vllm-omni-\xff.region"), "edgemark-vllm-omni-12.region.bak", "edgemark-vllm-omni-.region"]
-    )
-    assert [line.split("/")[-1] for line in out.splitlines()] == sorted(names)
-
-
-def test_clean_says_only_what_it_removed(tmp_path):
-    # `python -m` of the package runs its __main__ once: no RuntimeWarning
-    # about a module already imported.
-    proc = subprocess.run(
-        [sys.executable, "-W", "error", "-m", "edgemark.vllm_omni", "clean", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr
-
-
-def _region_made_by_a_process_that_ended(path) -> None:
-    code = f"import edgemark; edgemark.Region.create({str(path)!r}, edges=[(0, 1)], slots=4)"
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_clean_removes_a_named_region_and_its_lookup_once_its_creator_is_gone(tmp_path, monkeypatch):
-    named = tmp_path / "named" / "mine.region"
-    named.parent.mkdir()
-    _region_made_by_a_process_that_ended(named)
-    (tmp_path / "named" / "mine.requests").mkdir()
-    (tmp_path / "named" / "mine.requests" / "entry").write_text("x")
-    # Named by the variable, as the server was started.
-    monkeypatch.setenv(vllm_omni.ENV_REGION, str(named))
-    out = clean(tmp_path)
-    assert os.listdir(named.parent) == []
-    assert out.splitlines() == [f"removed {named}", f"removed {tmp_path / 'named' / 'mine.requests'}"]
-
-
-def test_clean_keeps_a_named_region_whose_creator_runs_or_that_is_no_region(tmp_path):
-    live = tmp_path / "live.region"
-    region = edgemark.Region.create(str(live), edges=[(0, 1)], slots=4)
-    assert vllm_omni.clean(str(tmp_path), named=str(live)) == [] and live.exists()
-    del region
-    other = tmp_path / "other.region"
-    other.write_text("not a region")
-    assert vllm_omni.clean(str(tmp_path), named=str(other)) == [] and other.exists()
-    assert vllm_omni.clean(str(tmp_path), named=str(tmp_path / "absent.region")) == []
-
-
-def test_clean_takes_the_named_region_as_an_option(tmp_path):
-    named = tmp_path / "opt.region"
-    _region_made_by_a_process_that_ended(named)
-    out = subprocess.run(
-        [sys.executable, "-m", "edgemark.vllm_omni", "clean", "--dir", str(tmp_path), "--region", str(named)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert out == f"removed {named}\n" and not named.exists()
-
-
-def test_clean_never_follows_a_symlink_nor_removes_another_users_file(tmp_path):
-    as_root()
-    target = tmp_path / "target"
-    target.mkdir()
-    (target / "keep").write_text("x")
-    (tmp_path / "edgemark-vllm-omni-0.requests").symlink_to(target)
-    theirs = tmp_path / "edgemark-vllm-omni-0.region"
-    theirs.write_text("x")
-    os.chown(theirs, NOBODY, NOBODY)
-    clean(tmp_path)
-    assert (target / "keep").exists()
-    assert not os.path.lexists(tmp_path / "edgemark-vllm-omni-0.requests")
-    assert theirs.exists()
-
-
 # -- the request lookup ------------------------------------------------------
 
 
@@ -305,15 +192,16 @@ def test_the_owner_removes_only_what_it_made(tmp_path):
     assert not (tmp_path / "fresh.requests").exists()
 
 
-def test_the_server_refuses_a_region_file_in_the_way_of_its_own_name(tmp_path, monkeypatch):
-    # A file at the name the plugin picks (not the user's) is never attached.
-    path = tmp_path / "edgemark-vllm-omni-1.region"
-    edgemark.Region.create(str(path), edges=[(0, 1)], slots=4)
+def test_the_server_refuses_a_file_in_the_way_of_its_own_name_that_is_no_region(tmp_path, monkeypatch):
+    # The name the plugin picks is this server start's alone: a region there
+    # is a sibling API server's (attached), anything else is refused.
+    path = tmp_path / "edgemark-vllm-omni-1-0123456789abcdef.region"
+    path.write_bytes(b"not a region")
     monkeypatch.setenv(vllm_omni.ENV_REGION, str(path))
     monkeypatch.setenv("_EDGEMARK_VLLM_OMNI_NAMED", str(path))
     rec = Recording()
     assert rec.user_named is False
-    assert rec.ensure_owner(2, 4) is None and rec.failed
+    assert rec.ensure_owner(_recording.edges(2), 4) is None and rec.failed
     assert rec.begin("req-1") is None
 
 

@@ -7,6 +7,7 @@ have), and the connector hooks on stand-in connectors."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import types
@@ -63,8 +64,8 @@ class Pair:
         self.p_api, self.p_engine = Recording(), Recording()
         monkeypatch.setenv(em_vllm.ENV_REGION, decode_region)
         self.d_api, self.d_engine = Recording(), Recording()
-        self.p_api.ensure_owner(2)
-        self.d_api.ensure_owner(2)
+        self.p_api.start(None)
+        self.d_api.start(None)
 
     def prefill(self, rid, tp=TRACE):
         token = self.p_api.begin(rid, prefill_params(), tp)
@@ -255,7 +256,7 @@ def test_the_api_server_forgets_what_other_processes_closed(region_env, monkeypa
     assert "p-7" in owner.tokens
     assert owner.forget_closed() == 1
     assert owner.tokens == {}
-    assert pair.p_api._read("p-7") is None, "its lookup entry is withdrawn"
+    assert pair.p_api.read_lookup("p-7") is None, "its lookup entry is withdrawn"
 
 
 def test_a_request_the_api_server_never_handed_to_the_engine_is_closed(region_env, monkeypatch):
@@ -402,7 +403,7 @@ def test_the_decode_engine_follows_its_api_server_after_the_lease_expired(region
     pair = Pair(monkeypatch, region_env, region_env)
     p_token = pair.prefill("p-11")
     pair.p_engine.expired("p-11")
-    assert pair.p_api._read("p-11") == p_token, "the entry is still there"
+    assert pair.p_api.read_lookup("p-11") == p_token, "the entry is still there"
     d_token = pair.decode_arrives("d-11", "p-11")
     assert d_token is not None
     pd = pair.d_engine.requests["d-11"]
@@ -441,6 +442,8 @@ def test_the_engine_never_waits_for_a_region_file_it_cannot_use(tmp_path, monkey
     rec = Recording()
     import time as time_module
 
+    from edgemark import _lifecycle
+
     def no_sleep(_s):
         raise AssertionError("a vLLM thread slept")
 
@@ -452,25 +455,24 @@ def test_the_engine_never_waits_for_a_region_file_it_cannot_use(tmp_path, monkey
         assert rec._next_attach == first_retry
         rec._next_attach = 0.0
         assert rec.region() is None
-        assert rec._attach_pause > _recording.RETRY_ATTACH_S / 2, "the pause grows"
+        assert rec._attach_pause > _lifecycle.RETRY_ATTACH_S / 2, "the pause grows"
     assert sum("not a region this process can record into" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_api_servers_of_one_launcher_share_the_region_it_named(tmp_path, monkeypatch):
     # `vllm serve --api-server-count 2`: the launcher names the region when it
     # loads its plugins; each API server it starts inherits the name.
-    import os
+    from edgemark import _lifecycle
 
-    monkeypatch.setattr(_recording._plugin_common, "default_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_lifecycle, "default_dir", lambda: str(tmp_path))
     monkeypatch.delenv(em_vllm.ENV_REGION, raising=False)
     monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
-    monkeypatch.setattr(os, "getpid", lambda: 4242)
-    _recording._plugin_common.region_path(em_vllm.ENV_REGION, _recording.PREFIX, "_EDGEMARK_VLLM_NAMED")
-    monkeypatch.setattr(os, "getppid", lambda: 4242)
-    monkeypatch.setattr(os, "getpid", lambda: 5000)
+    launcher = Recording()
+    assert not launcher.user_named and os.path.dirname(launcher.path) == str(tmp_path)
     first, second = Recording(), Recording()
-    assert first.ensure_owner(2) is not None
-    assert second.ensure_owner(2) is not None, "the second API server attaches"
+    assert first.path == second.path == launcher.path
+    assert first.start(None) is not None
+    assert second.start(None) is not None, "the second API server attaches"
     t = second.begin("p-1", prefill_params(), TRACE)
     assert first.owner.region.is_open(t)
 
@@ -561,8 +563,7 @@ def test_classmethods_and_staticmethods_are_patched_as_what_they_are(monkeypatch
         return wrapper
 
     inst = _instrument.Instrumentor(
-        distribution="edgemark",
-        supported=">=0",
+        instruments=("edgemark >= 0",),
         targets={
             "all": (
                 _instrument.Target(mod.__name__, "Thing", "make", ("cls", "x"), spy),
@@ -587,8 +588,9 @@ def test_the_logger_is_the_packages():
 
 def test_edgemark_is_imported_once(region_env):
     # The shared machinery lives beside both integrations.
-    from edgemark import _plugin_common
+    from edgemark import _lifecycle
     from edgemark.vllm_omni import _recording as omni
 
-    assert omni.Owner is _plugin_common.Owner is _recording.Owner
+    assert omni.Owner is _lifecycle.Owner is _recording.Owner
+    assert omni.Recording.__mro__[1] is _lifecycle.Recording is _recording.Recording.__mro__[1]
     assert edgemark.vllm is em_vllm

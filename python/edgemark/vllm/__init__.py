@@ -40,16 +40,19 @@ from __future__ import annotations
 import os
 
 from .. import _instrument
+from .._clean import clean
 from .._instrument import Instrumentor
 from . import api, connector, package
-from ._recording import ENV_ENABLE, ENV_REGION, ENV_SLOTS, Recording, log
+from ._recording import ENV_ENABLE, ENV_MAX_OPEN, ENV_REGION, ENV_SLOTS, Recording, log
 from .package import SUPPORTED
 
 __all__ = [
     "ENV_ENABLE",
+    "ENV_MAX_OPEN",
     "ENV_REGION",
     "ENV_SLOTS",
     "SUPPORTED",
+    "clean",
     "instrument",
     "instrumentor",
     "is_instrumented",
@@ -59,8 +62,7 @@ __all__ = [
 
 #: This process's instrumentor: what ``register`` and ``instrument`` use.
 instrumentor: Instrumentor[Recording] = Instrumentor(
-    distribution="vllm",
-    supported=SUPPORTED,
+    instruments=package._instruments,
     targets={"api": api.TARGETS, "engine": connector.ENGINE_TARGETS, "connector": connector.TARGETS},
     make_recording=Recording,
     log=log,

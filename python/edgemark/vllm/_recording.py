@@ -29,30 +29,35 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Set
 
-from .. import EVENT_NAMES, _channel, _plugin_common
-from .._edgemark import Region, Token
-from .._plugin_common import ACCEPT, EMIT, OUTPUT, SEND, Once, Owner, own_regular_file, say
+from .. import EVENT_NAMES, _lifecycle
+from .._edgemark import Token
+from .._lifecycle import ACCEPT, EMIT, OUTPUT, SEND, Once, Owner
 
 log = logging.getLogger("edgemark.vllm")
 
-#: Set to ``1`` to record; anything else leaves vLLM untouched.
-ENV_ENABLE = "EDGEMARK_VLLM"
-#: The region file. Give both instances of a P/D pair on one host the same
-#: path: they record into one region, on one clock. Unset, each API server
-#: names its own (``<default dir>/edgemark-vllm-<pid>.region``), which the
-#: processes it starts inherit.
-ENV_REGION = "EDGEMARK_VLLM_REGION"
-#: Requests the region holds open at once (default: four times the
-#: instance's ``max_num_seqs``, at least 256, at most 65536).
-ENV_SLOTS = "EDGEMARK_VLLM_SLOTS"
+SPEC = _lifecycle.Spec("EDGEMARK_VLLM", "edgemark-vllm-", log, "the P/D hand-off is")
 
-PREFIX = "edgemark-vllm-"
+#: Set to ``1`` to record; anything else leaves vLLM untouched.
+ENV_ENABLE = SPEC.env
+#: The region file. Give both instances of a P/D pair on one host the same
+#: path: they record into one region, on one clock. Unset, each server start
+#: names its own (``<default dir>/edgemark-vllm-<pid>-<random>.region``),
+#: which the processes it starts inherit.
+ENV_REGION = SPEC.env_region
+#: Requests the region holds open at once (default: four times the
+#: instance's ``max_num_seqs`` times its data parallel ranks, at least 256,
+#: at most 65536).
+ENV_SLOTS = SPEC.env_slots
+#: Every request is closed at most this many seconds after it began
+#: (default 600), whatever happened to the processes that would close it;
+#: counted as ``requests_expired``.
+ENV_MAX_OPEN = SPEC.env_max_open
+
+PREFIX = SPEC.file_prefix
 #: The edge: the prefill instance is stage 0, the decode instance stage 1.
 PREFILL, DECODE = 0, 1
 EDGES = [(PREFILL, DECODE)]
@@ -60,11 +65,7 @@ _SEGMENT = f"{PREFILL}->{DECODE}:0"
 MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
 #: Requests a scheduler or worker process remembers.
 CACHE = 4096
-RETRY_ATTACH_S = 1.0
-RETRY_ATTACH_MAX_S = 30.0
 RETRY_MISSING_S = 1.0
-#: How often the API server forgets the requests other processes closed.
-SWEEP_S = 1.0
 
 
 def kv_params(request: Any) -> Optional[Dict[str, Any]]:
@@ -91,13 +92,38 @@ def side_of(params: Optional[Dict[str, Any]]) -> Optional[str]:
     return None
 
 
-def slots_for(max_num_seqs: Any, once: Once) -> int:
-    slots = _plugin_common.env_int(ENV_SLOTS, once, 1, MAX_SLOTS)
+def slots_for(vllm_config: Any, once: Once) -> int:
+    """The region's slots: ``EDGEMARK_VLLM_SLOTS``, else four times the
+    requests the instance runs at once (``max_num_seqs`` times its data
+    parallel ranks: every rank's engine runs that many), at least 256, at
+    most 65536; 1024 when the configuration does not say."""
+    slots = _lifecycle.env_int(ENV_SLOTS, once, 1, MAX_SLOTS)
     if slots is not None:
         return slots
-    if isinstance(max_num_seqs, int) and max_num_seqs > 0:
-        return min(max(4 * max_num_seqs, MIN_SLOTS), MAX_SLOTS)
+    n = getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", None)
+    dp = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_size", 1)
+    if isinstance(n, int) and n > 0:
+        ranks = dp if isinstance(dp, int) and dp > 0 else 1
+        return min(max(4 * n * ranks, MIN_SLOTS), MAX_SLOTS)
     return FALLBACK_SLOTS
+
+
+def connector_name(vllm_config: Any) -> Optional[str]:
+    """The KV connector the instance is configured with (its
+    ``kv_transfer_config.kv_connector``), ``None`` for none."""
+    kv = getattr(vllm_config, "kv_transfer_config", None)
+    name = getattr(kv, "kv_connector", None) if kv is not None else None
+    return name if isinstance(name, str) and name else None
+
+
+def follows(connector_class_names: Any) -> bool:
+    """Whether the plugin follows a connector with these class names (its
+    configured name, or the names of its class and bases): NIXL's, which
+    hands the decode side the prefill side's request ID as
+    ``remote_request_id``. Connectors with the same hooks but another
+    vocabulary (Mooncake keys transfers by ``transfer_id``; LMCache and
+    offloading connectors hand nothing between instances) are not."""
+    return any(isinstance(n, str) and "Nixl" in n for n in connector_class_names)
 
 
 @dataclass
@@ -120,75 +146,47 @@ class PD:
     closed: bool = False
 
 
-class Recording:
+class Recording(_lifecycle.Recording):
     """Everything this process records with: one per process, made by the
-    instrumentor, handed to every wrapper."""
+    instrumentor, handed to every wrapper. The lifecycle (the region, its
+    name, hold and bound, the lookup) is ``_lifecycle.Recording``'s."""
+
+    spec = SPEC
 
     def __init__(self, uninstrument: Callable[[], None] = lambda: None) -> None:
-        self.once = Once(log)
-        self.path, self.user_named = _plugin_common.region_path(ENV_REGION, PREFIX, "_EDGEMARK_VLLM_NAMED")
-        self.owner: Optional[Owner] = None
-        self._region: Optional[Region] = None
-        self._next_attach = 0.0
-        self._attach_pause = RETRY_ATTACH_S / 2
-        self._reader = _channel.Reader(_channel.lookup_dir(self.path))
-        self._reader_ok: Optional[bool] = None
+        super().__init__(uninstrument)
         #: The requests this process knows, by its own request ID.
         self.requests: "collections.OrderedDict[str, PD]" = collections.OrderedDict()
         #: Decode-side requests registered and waiting for their first
         #: output, by request ID. Never rebound: the scheduler's per-step wrapper
         #: holds it, and does nothing more while it is empty.
         self.awaiting_output: Dict[str, PD] = {}
-        self.lock = threading.Lock()
-        #: Puts every call site back (the instrumentor's): when the region
-        #: cannot be made, nothing stays patched.
-        self.uninstrument = uninstrument
-        self.failed = False
-        self._pending: Optional[str] = None
-        self._next_sweep = 0.0
+        #: The API server's KV connector, when it is not one the plugin
+        #: follows: its requests are not begun (nothing would close them).
+        self.unfollowed: Optional[str] = None
 
-    # -- the log line -------------------------------------------------------
-
-    def say(self, message: str) -> None:
-        """Says ``message`` (this process's one INFO line) now if vLLM's
-        logging is set up, else when the process first uses its region."""
-        if not say(log, message):
-            self._pending = message
-
-    def say_pending(self) -> None:
-        message, self._pending = self._pending, None
-        if message is not None:
-            log.info("%s", message)
+    def forget_all(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.awaiting_output.clear()
 
     # -- the API server -----------------------------------------------------
 
-    def ensure_owner(self, max_num_seqs: Any = None) -> Optional[Owner]:
-        """The region as the API server, created (or, when the user named
-        a region that exists, attached) on first use. If that fails, says so
-        once and puts every call site back: the server serves, unrecorded."""
-        owner = self.owner
-        if owner is not None or self.failed:
-            return owner
-        with self.lock:
-            if self.owner is None and not self.failed:
-                # A region the user named, or the one the launcher of
-                # several API servers named for them: attached if it exists.
-                trusted = self.user_named or _plugin_common.named_by_parent(self.path, PREFIX)
-                try:
-                    self.owner = Owner(self.path, EDGES, slots_for(max_num_seqs, self.once), trusted, self.once, log)
-                except (OSError, ValueError) as e:
-                    self.failed = True
-                    self.once.warn(
-                        "create",
-                        "edgemark: cannot create the region %s, nothing is patched and the P/D hand-off is not "
-                        "recorded: %s",
-                        self.path,
-                        e,
-                    )
-                    self.uninstrument()
-                    return None
-                self.say_pending()
-            return self.owner
+    def start(self, vllm_config: Any) -> Optional[Owner]:
+        """What the API server does at start-up: the region, sized from
+        ``vllm_config``; a configured connector the plugin does not follow
+        (or none) is said once, and no request is begun."""
+        name = connector_name(vllm_config)
+        if vllm_config is not None and not follows([name]):
+            self.unfollowed = name or "(none)"
+            self.once.warn(
+                "unfollowed",
+                "edgemark: this instance's KV connector is %s, not one edgemark follows (NixlConnector): its "
+                "requests are not begun and nothing of the P/D hand-off is recorded here",
+                self.unfollowed,
+            )
+            return None
+        return self.ensure_owner(EDGES, slots_for(vllm_config, self.once))
 
     def begin(self, request_id: str, params: Optional[Dict[str, Any]], traceparent: Optional[str]) -> Optional[Token]:
         """What the API server does with a request as it arrives: begins a
@@ -196,19 +194,18 @@ class Recording:
         request on this host, or begins it as a request of its own. The
         token begun, or ``None``."""
         side = side_of(params)
-        if side is None:
+        if side is None or self.unfollowed is not None:
             return None
-        owner = self.ensure_owner()
+        owner = self.ensure_owner(EDGES, slots_for(None, self.once))
         if owner is None:
             return None
-        self._sweep(owner)
         if side == "decode":
             remote = params["remote_request_id"]  # type: ignore[index]
-            token = self._read(remote)
+            token = self.read_lookup(remote)
             if token is not None and owner.region.is_open(token):
                 self._reader.join(remote)
                 return None
-        return owner.begin(request_id, traceparent, self.once)
+        return owner.begin(request_id, traceparent)
 
     def abandon(self, request_id: str, token: Token) -> None:
         """Closes a request the API server began that never reached the
@@ -217,73 +214,14 @@ class Recording:
         if owner is not None:
             owner.close(request_id, token)
 
-    def _sweep(self, owner: Owner) -> None:
-        now = time.monotonic()
-        if now >= self._next_sweep:
-            self._next_sweep = now + SWEEP_S
-            owner.forget_closed()
-
     # -- the engine core and the worker --------------------------------------
-
-    def region(self) -> Optional[Region]:
-        """The region: the API server's own, or attached by path (retried
-        every ``RETRY_ATTACH_S`` until the API server has made it)."""
-        region = self._region
-        if region is not None:
-            return region
-        owner = self.owner
-        if owner is not None:
-            self._region = owner.region
-            return owner.region
-        # On vLLM's own threads (the scheduler's, the worker's): one attempt,
-        # never a wait; then again after a pause that doubles each time, up
-        # to RETRY_ATTACH_MAX_S.
-        now = time.monotonic()
-        if now < self._next_attach:
-            return None
-        try:
-            if not own_regular_file(self.path):
-                raise FileNotFoundError(f"no region file of this user's at {self.path}")
-            self._region = Region.attach(self.path)
-            self.say_pending()
-        except (OSError, ValueError) as e:
-            self._attach_pause = min(self._attach_pause * 2, RETRY_ATTACH_MAX_S)
-            self._next_attach = time.monotonic() + self._attach_pause
-            if isinstance(e, ValueError):
-                # A file that is not a region this build can use (or one
-                # whose header is still being written): said once.
-                self.once.warn("attach-bad", "edgemark: %s is not a region this process can record into: %s", self.path, e)
-            else:
-                self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
-            return None
-        return self._region
-
-    def _read(self, request_id: str) -> Optional[Token]:
-        if self._reader_ok is None:
-            try:
-                self._reader.open()
-                self._reader_ok = True
-            except FileNotFoundError:
-                return None
-            except OSError as e:
-                self._reader_ok = False
-                self.once.warn("lookup", "edgemark: the request lookup cannot be trusted, it is not read: %s", e)
-        return self._reader.read(request_id) if self._reader_ok else None
 
     def joined(self, request_id: str) -> bool:
         """Whether a decode side joined the request published under
         ``request_id`` (``Reader.join``)."""
         if self._reader_ok is None:
-            self._read(request_id)
+            self.read_lookup(request_id)
         return bool(self._reader_ok) and self._reader.joined(request_id)
-
-    def _lookup(self, request_id: str) -> Optional[Token]:
-        owner = self.owner
-        if owner is not None:
-            token = owner.tokens.get(request_id)
-            if token is not None:
-                return token
-        return self._read(request_id)
 
     def _remember(self, request_id: str, pd: PD) -> PD:
         with self.lock:
@@ -315,10 +253,10 @@ class Recording:
             # no open prefill request to join, comes first; else the prefill
             # side's request, while it is open (an entry whose request closed,
             # its lease expired, stays in the lookup until its owner sweeps).
-            token = self._lookup(rid)
+            token = self.lookup(rid)
             if token is None and side == "decode":
                 remote = params["remote_request_id"]  # type: ignore[index]
-                found = self._lookup(remote)
+                found = self.lookup(remote)
                 if found is not None and region.is_open(found):
                     token, key, shared = found, remote, True
         if token is None:
@@ -336,7 +274,7 @@ class Recording:
         pd = self.requests.get(request_id)
         if pd is not None and (pd.token is not None or time.monotonic() < pd.checked + RETRY_MISSING_S):
             return pd
-        token = self._lookup(request_id) if self.region() is not None else None
+        token = self.lookup(request_id) if self.region() is not None else None
         return self._remember(request_id, PD("prefill", request_id, token, False, time.monotonic()))
 
     def record(self, pd: PD, event: int) -> bool:
@@ -354,9 +292,15 @@ class Recording:
 
     def has(self, pd: PD, event: int) -> bool:
         """Whether ``event`` is in ``pd``'s request (recorded by any process)."""
-        region = self._region
+        region = self._region if self.owner is None else self.owner.region
         if region is None or pd.token is None:
             return False
+        recorded = getattr(region, "recorded", None)
+        if recorded is not None:
+            # Fenced: a record by this process, then this read, against the
+            # other side's record then read (the close decision; see
+            # docs/design.md, "Who closes").
+            return bool(recorded(pd.token, PREFILL, DECODE, event))
         seg = region.snapshot(pd.token).get(_SEGMENT) or {}
         return seg.get(EVENT_NAMES[event] + "_ms") is not None
 
@@ -366,7 +310,7 @@ class Recording:
         if pd.closed or pd.token is None:
             return
         pd.closed = True
-        region = self._region
+        region = self._region if self.owner is None else self.owner.region
         if region is not None:
             region.close(pd.token)
 
@@ -447,6 +391,7 @@ __all__ = [
     "ACCEPT",
     "EMIT",
     "ENV_ENABLE",
+    "ENV_MAX_OPEN",
     "ENV_REGION",
     "ENV_SLOTS",
     "OUTPUT",

@@ -5,7 +5,10 @@ headers and gets its internal request ID.
 call site                             what the wrapper does
 ====================================  ==============================================
 ``AsyncLLM.__init__``                 creates (or attaches) the region, sized from
-                                      the instance's ``max_num_seqs``
+                                      the instance's ``max_num_seqs`` and data
+                                      parallel ranks; an instance whose KV
+                                      connector the plugin does not follow (or
+                                      that has none) begins nothing
 ``AsyncLLM.add_request``              keeps the request's ``traceparent`` for the
                                       call below (vLLM drops trace headers when its
                                       own tracing is off); closes what it began if
@@ -27,7 +30,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from .._edgemark import Token
 from .._instrument import Target
-from .._plugin_common import traceparent_in
+from .._lifecycle import traceparent_in
 from ._recording import Recording, kv_params
 
 _ASYNC_LLM = "vllm.v1.engine.async_llm"
@@ -46,8 +49,7 @@ def wrap_init(orig: Callable, rec: Recording) -> Callable:
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
         try:
-            config = getattr(self, "vllm_config", None)
-            rec.ensure_owner(getattr(getattr(config, "scheduler_config", None), "max_num_seqs", None))
+            rec.start(getattr(self, "vllm_config", None))
         except Exception as e:  # noqa: BLE001 - the server serves without it
             rec.once.debug("w-init", "edgemark: region not created at start-up: %r", e)
 

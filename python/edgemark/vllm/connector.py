@@ -6,7 +6,10 @@ One patch point reaches every connector in both processes:
 worker through ``kv_transfer_state``). Its wrapper patches the hooks of each
 connector instance it returns (instance attributes: the class is never
 changed), once each hook has been checked by name and parameters; a
-connector without them is left alone, with one warning. So is a connector
+connector without them, or one that does not speak NIXL's vocabulary (the
+decode side gets the prefill side's request ID as ``remote_request_id``:
+Mooncake keys by ``transfer_id``, LMCache and offloading connectors hand
+nothing between instances), is left alone, with one warning. So is a connector
 made of others (``MultiConnector``, which has ``sub_connectors``): it
 aggregates its children's answers, so its own hooks do not say which child
 handed a request over or read it, and its children are made without the
@@ -54,7 +57,7 @@ import inspect
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from .._instrument import Target
-from ._recording import Recording, log
+from ._recording import Recording, follows, log
 
 _FACTORY = "vllm.distributed.kv_transfer.kv_connector.factory"
 
@@ -123,13 +126,17 @@ def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
     hooks: Dict[str, Any]
     if getattr(type(connector), "sub_connectors", None) is not None:
         hooks, why = {}, "it is made of other connectors (sub_connectors), which edgemark does not record yet"
+    elif not follows(c.__name__ for c in type(connector).__mro__):
+        # Same hooks, another vocabulary: the decode side would never be
+        # joined, and every finished ID would cost a lookup read.
+        hooks, why = {}, "it does not hand the decode side the prefill side's request ID (remote_request_id)"
     else:
         hooks, why = check_hooks(connector, role)
     if not hooks:
         rec.once.warn(
             f"connector-{type(connector).__qualname__}-{role}",
-            "edgemark: the KV connector %s (%s side) is not one edgemark understands (%s): its hand-off is not "
-            "recorded",
+            "edgemark: the KV connector %s (%s side) is not one edgemark follows (%s): none of the P/D hand-off's "
+            "four events is recorded for it; only NixlConnector is",
             type(connector).__name__,
             role.lower(),
             why,

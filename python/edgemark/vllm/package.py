@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .._instrument import is_supported as _is_supported
+from .._instrument import is_supported as _is_supported, requirement
 
 #: The requirement, as the OpenTelemetry contrib instrumentors declare theirs.
 _instruments = ("vllm >= 0.32.0, < 0.33",)
 
 #: The installed release must satisfy this (pre-releases and local versions
-#: such as ``0.32.0+cpu`` included).
-SUPPORTED = ">=0.32.0,<0.33"
+#: included): the specifier of ``_instruments``, its one statement.
+SUPPORTED = requirement(_instruments)[1]
 
 #: The roles a process plays, by the name vLLM gives the processes it
 #: starts, and what each role's call sites are:

@@ -39,13 +39,14 @@ from typing import Any, Dict, Optional
 from .. import _instrument
 from .._instrument import Instrumentor
 from . import adapter, orchestrator, package, runner
-from ._clean import clean
-from ._recording import ENV_ENABLE, ENV_LOG_REQUESTS, ENV_REGION, ENV_SLOTS, Recording, log
+from .._clean import clean
+from ._recording import ENV_ENABLE, ENV_LOG_REQUESTS, ENV_MAX_OPEN, ENV_REGION, ENV_SLOTS, Recording, log
 from .package import SUPPORTED
 
 __all__ = [
     "ENV_ENABLE",
     "ENV_LOG_REQUESTS",
+    "ENV_MAX_OPEN",
     "ENV_REGION",
     "ENV_SLOTS",
     "SUPPORTED",
@@ -62,8 +63,7 @@ __all__ = [
 
 #: This process's instrumentor: what ``register`` and ``instrument`` use.
 instrumentor: Instrumentor[Recording] = Instrumentor(
-    distribution="vllm-omni",
-    supported=SUPPORTED,
+    instruments=package._instruments,
     targets={"api": orchestrator.TARGETS, "scheduler": adapter.TARGETS, "runner": runner.TARGETS},
     make_recording=Recording,
     log=log,

@@ -1,9 +1,10 @@
 """``python -m edgemark.vllm_omni clean``: removes the regions (and their
-request lookups) that API servers killed with SIGKILL left behind."""
+request lookups) that no running server holds (``edgemark._clean``; the
+same command as ``python -m edgemark.vllm clean``)."""
 
 import sys
 
-from ._clean import main
+from .._clean import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main("python -m edgemark.vllm_omni", sys.argv[1:]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from .._plugin_common import traceparent_in
+from .._lifecycle import traceparent_in
 
 
 def has_content(value: Any) -> bool:

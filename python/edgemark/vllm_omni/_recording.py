@@ -5,51 +5,56 @@ of each request instance."""
 
 from __future__ import annotations
 
-import atexit
 import collections
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from .. import _channel, _plugin_common
+from .. import _channel, _lifecycle
 from .._edgemark import Region, Token
-from .._plugin_common import ACCEPT, EMIT, OUTPUT, SEND, Owner, create_or_attach, own_regular_file, remove_files, say
+from .._lifecycle import ACCEPT, EMIT, OUTPUT, SEND, Owner, create_or_attach
 
 log = logging.getLogger("edgemark.vllm_omni")
 
 __all__ = ["ACCEPT", "EMIT", "OUTPUT", "SEND", "Owner", "Recording", "StageRequest", "Once", "log"]
 
+SPEC = _lifecycle.Spec("EDGEMARK_VLLM_OMNI", "edgemark-vllm-omni-", log, "stream-edge events are")
+
 #: Set to ``1`` to record; anything else leaves vLLM-Omni untouched.
-ENV_ENABLE = "EDGEMARK_VLLM_OMNI"
-#: The region file of this host. The API-server process sets it when it
-#: loads the plugin (before it starts the stage processes, which inherit
-#: it); set it yourself to choose the file (on a host that runs stages only,
-#: set it for ``edgemark export`` to find the region).
-ENV_REGION = "EDGEMARK_VLLM_OMNI_REGION"
+ENV_ENABLE = SPEC.env
+#: The region file of this host. Unset, the first process that loads the
+#: plugin (the launcher, or the API server) names one for this server start
+#: (``<default dir>/edgemark-vllm-omni-<pid>-<random>.region``) before it
+#: starts the API servers and stage processes, which inherit it; set it
+#: yourself to choose the file (on a host that runs stages only, set it for
+#: ``edgemark export`` to find the region).
+ENV_REGION = SPEC.env_region
 #: Requests the region holds open at once; by default sized from the
-#: stages' ``max_num_seqs`` (four times their sum, at least 256, at most
-#: 65536).
-ENV_SLOTS = "EDGEMARK_VLLM_OMNI_SLOTS"
+#: stages' ``max_num_seqs`` and data parallel ranks (four times the sum of
+#: their products, at least 256, at most 65536).
+ENV_SLOTS = SPEC.env_slots
+#: Every request is closed at most this many seconds after it began
+#: (default 600), whatever happened to the processes that would close it;
+#: counted as ``requests_expired``.
+ENV_MAX_OPEN = SPEC.env_max_open
 #: Set to ``1`` for one INFO line per closed request in the API server's
 #: log: its request ID, its trace ID, and its final ``stream_edge_metrics``
 #: (how a user of the HTTP endpoints, whose responses do not carry it,
 #: finds one request's snapshot and its trace).
 ENV_LOG_REQUESTS = "EDGEMARK_VLLM_OMNI_LOG_REQUESTS"
 
-PREFIX = "edgemark-vllm-omni-"
+PREFIX = SPEC.file_prefix
 STAGES = 8
 MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
 #: Request instances a stage process remembers.
 CACHE = 4096
-RETRY_ATTACH_S = 2.0
 RETRY_MISSING_S = 1.0
 RETRY_CLOSED_S = 0.05
 
 
-class Once(_plugin_common.Once):
+class Once(_lifecycle.Once):
     """Log lines said once per process, on this plugin's logger."""
 
     def __init__(self) -> None:
@@ -64,14 +69,15 @@ def edges(stages: int) -> List[Tuple[int, int]]:
     return forward if len(forward) <= 64 else [(a, a + 1) for a in range(min(stages - 1, 64))]
 
 
-def env_slots(once: Once) -> Optional[int]:
-    return _plugin_common.env_int(ENV_SLOTS, once, 1, MAX_SLOTS)
+def env_slots(once: _lifecycle.Once) -> Optional[int]:
+    return _lifecycle.env_int(ENV_SLOTS, once, 1, MAX_SLOTS)
 
 
-def slots_for(pools: List[Any], once: Once) -> int:
+def slots_for(pools: List[Any], once: _lifecycle.Once) -> int:
     """Requests the region holds open at once for these stage pools:
-    ``EDGEMARK_VLLM_OMNI_SLOTS``, else four times the sum of the stages'
-    ``max_num_seqs`` (at least 256, at most 65536), else 1024."""
+    ``EDGEMARK_VLLM_OMNI_SLOTS``, else four times the sum over the stages of
+    ``max_num_seqs`` times data parallel ranks (at least 256, at most
+    65536), else 1024."""
     slots = env_slots(once)
     if slots is not None:
         return slots
@@ -79,16 +85,10 @@ def slots_for(pools: List[Any], once: Once) -> int:
     for pool in pools:
         cfg = getattr(pool, "stage_vllm_config", None)
         n = getattr(getattr(cfg, "scheduler_config", None), "max_num_seqs", None)
+        dp = getattr(getattr(cfg, "parallel_config", None), "data_parallel_size", 1)
         if isinstance(n, int) and n > 0:
-            total += n
+            total += n * (dp if isinstance(dp, int) and dp > 0 else 1)
     return min(max(4 * total, MIN_SLOTS), MAX_SLOTS) if total else FALLBACK_SLOTS
-
-
-def region_path() -> Tuple[str, bool]:
-    """This host's region file, and whether the user named it. The first
-    process that loads the plugin (the API server) names it when nobody did;
-    the stage processes it starts inherit the name."""
-    return _plugin_common.region_path(ENV_REGION, PREFIX, "_EDGEMARK_VLLM_OMNI_NAMED")
 
 
 @dataclass
@@ -107,90 +107,37 @@ class StageRequest:
     local: bool = False
 
 
-class Recording:
+class Recording(_lifecycle.Recording):
     """Everything this process records with: one per process, made by the
-    instrumentor, handed to every wrapper."""
+    instrumentor, handed to every wrapper. The lifecycle (the region, its
+    name, hold and bound, the lookup) is ``_lifecycle.Recording``'s."""
+
+    spec = SPEC
 
     def __init__(self, uninstrument: Callable[[], None] = lambda: None) -> None:
-        self.once = Once()
-        self.path, self.user_named = region_path()
-        self.owner: Optional[Owner] = None
-        self._region: Optional[Region] = None
-        self._next_attach = 0.0
-        self._reader = _channel.Reader(_channel.lookup_dir(self.path))
-        self._reader_ok: Optional[bool] = None
+        super().__init__(uninstrument)
         #: The request instances this process knows, by request ID. Never
         #: rebound: the wrappers hold it for their fast path.
         self.requests: "collections.OrderedDict[str, StageRequest]" = collections.OrderedDict()
-        self.lock = threading.Lock()
-        #: Puts every call site back (the instrumentor's): when this host's
-        #: region cannot be made, nothing stays patched.
-        self.uninstrument = uninstrument
-        #: This process could not create its region as the API server.
-        self.failed = False
-        #: The process's INFO line, while the logging it goes to is not set
-        #: up yet (``say``).
-        self._pending: Optional[str] = None
+        #: Whether this host's region has no API server (its lookup was
+        #: never made): only then does a stage begin requests of its own.
+        self._stage_only: Optional[bool] = None
 
-    def say(self, message: str) -> None:
-        """Says ``message`` (this process's one INFO line) now if vLLM's
-        logging is set up, else when the process first uses its region (the
-        API server loads its plugins before it configures logging, and a
-        line said then would be lost)."""
-        if not say(log, message):
-            self._pending = message
+    def log_requests(self) -> bool:
+        return os.environ.get(ENV_LOG_REQUESTS) == "1"
 
-    def say_pending(self) -> None:
-        message, self._pending = self._pending, None
-        if message is not None:
-            log.info("%s", message)
+    def forget_all(self) -> None:
+        with self.lock:
+            self.requests.clear()
+        self._stage_only = None
 
     # -- the API server -----------------------------------------------------
-
-    def start_owner(self, stages: int, slots: int) -> Owner:
-        """Creates this host's region as the API server (``OSError`` or
-        ``ValueError`` if it cannot)."""
-        with self.lock:
-            if self.owner is None:
-                self.owner = Owner(
-                    self.path,
-                    edges(stages),
-                    slots,
-                    self.user_named,
-                    self.once,
-                    log,
-                    os.environ.get(ENV_LOG_REQUESTS) == "1",
-                )
-                self.say_pending()
-            return self.owner
-
-    def ensure_owner(self, stages: int, slots: int) -> Optional[Owner]:
-        """This host's region as the API server, created on first use. If
-        it cannot be created (``/dev/shm`` too small for it, a file in the
-        way), says so once and puts every call site back: the server
-        serves, unrecorded."""
-        owner = self.owner
-        if owner is not None or self.failed:
-            return owner
-        try:
-            return self.start_owner(stages, slots)
-        except (OSError, ValueError) as e:
-            self.failed = True
-            self.once.warn(
-                "create",
-                "edgemark: cannot create the region %s, nothing is patched and stream-edge events are not "
-                "recorded: %s",
-                self.path,
-                e,
-            )
-            self.uninstrument()
-            return None
 
     def begin(self, request_id: str, traceparent: Optional[str] = None) -> Optional[Token]:
         """Begins ``request_id`` as the API server (creating the region on
         first use); ``None`` if it runs unrecorded."""
-        owner = self.ensure_owner(STAGES, env_slots(self.once) or FALLBACK_SLOTS)
-        return owner.begin(request_id, traceparent, self.once) if owner is not None else None
+        owner = self.ensure_owner(edges(STAGES), env_slots(self.once) or FALLBACK_SLOTS)
+        return owner.begin(request_id, traceparent) if owner is not None else None
 
     def reparent(self, request_id: str, traceparent: str) -> None:
         """Begins ``request_id`` again under the caller's ``traceparent``
@@ -204,7 +151,7 @@ class Recording:
             return
         owner.close(request_id, token)
         self.forget(request_id)
-        owner.begin(request_id, traceparent, self.once)
+        owner.begin(request_id, traceparent)
 
     def traceparent(self, request_id: str) -> Optional[str]:
         """The ``traceparent`` the API server hands ``request_id``'s stages."""
@@ -224,6 +171,14 @@ class Recording:
         self.forget(request_id)
         return owner.close(request_id, token)
 
+    def close_later(self, request_id: str, token: Token) -> None:
+        """Closes a request the API server began on the next periodic tick:
+        what a finalizer does (the garbage collector may run it inside a
+        section that holds the owner's lock, in the same thread)."""
+        owner = self.owner
+        if owner is not None:
+            owner.close_later(request_id, token)
+
     # -- every process ------------------------------------------------------
 
     def forget(self, request_id: str) -> Optional[StageRequest]:
@@ -239,79 +194,59 @@ class Recording:
             if region is not None:
                 region.close(req.token)
 
-    def region(self, create: bool = False) -> Optional[Region]:
-        """This host's region: the API server's own, or attached by path
-        (retried every ``RETRY_ATTACH_S``); with ``create``, created here
-        when no process on this host made it (a host that runs stages only)."""
-        region = self._region
-        if region is not None:
-            return region
-        owner = self.owner
-        if owner is not None:
-            self._region = owner.region
-            return owner.region
-        now = time.monotonic()
-        if now < self._next_attach and not create:
-            return None
-        self._next_attach = now + RETRY_ATTACH_S
-        try:
-            if not own_regular_file(self.path):
-                raise FileNotFoundError(f"no region file of this user's at {self.path}")
-            self._region = Region.attach(self.path)
-            self.say_pending()
-        except (OSError, ValueError) as e:
-            if create and isinstance(e, FileNotFoundError):
-                return self._create_host_region()
-            self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
-            return None
-        return self._region
+    def stage_only(self) -> bool:
+        """Whether this host's region has no API server: no lookup beside
+        it (an API server makes one with the region). Only a stage on such
+        a host begins requests of its own; on the API server's host a
+        request the lookup lacks was closed, or is not this host's."""
+        if self.owner is not None:
+            return False
+        if self._stage_only is None:
+            self._stage_only = not os.path.isdir(_channel.lookup_dir(self.path))
+        return self._stage_only
 
-    def _create_host_region(self) -> Optional[Region]:
+    def host_region(self) -> Optional[Region]:
+        """This host's region, created here when no process on the host
+        made it (a host that runs stages only), held for this process's
+        life, its open requests bounded by this process's tick."""
+        region = self.region()
+        if region is not None or _lifecycle.own_regular_file(self.path):
+            return region
         with self.lock:
             if self._region is not None:
                 return self._region
             try:
-                region, created = create_or_attach(
+                region, hold, created = create_or_attach(
                     self.path, edges(STAGES), env_slots(self.once) or FALLBACK_SLOTS, True
                 )
             except (OSError, ValueError) as e:
-                self.once.warn("host", "edgemark: cannot create this host's region %s: %s", self.path, e)
+                self.said.warn("host", "edgemark: cannot create this host's region %s: %s", self.path, e)
                 return None
             self.say_pending()
-            if created:
-                atexit.register(remove_files, self.path, os.getpid(), None)
-                log.info("edgemark: recording this host's stages into %s", self.path)
-            self._region = region
-            return region
+            self.host_hold = hold
+            import atexit
 
-    def _lookup(self, request_id: str) -> Optional[Token]:
-        owner = self.owner
-        if owner is not None:
-            return owner.tokens.get(request_id)
-        if self._reader_ok is None:
-            try:
-                self._reader.open()
-                self._reader_ok = True
-            except FileNotFoundError:
-                return None
-            except OSError as e:
-                self._reader_ok = False
-                self.once.warn("lookup", "edgemark: the request lookup cannot be trusted, it is not read: %s", e)
-        return self._reader.read(request_id) if self._reader_ok else None
+            atexit.register(hold.release, created)
+            if created:
+                log.info("edgemark: recording this host's stages into %s", self.path)
+            self._region, self._identity = region, hold.identity
+            self._stage_only = True
+            self._start_ticker()
+            return region
 
     def _request(self, request_id: str, traceparent: Callable[[], Optional[str]]) -> Optional[StageRequest]:
         req = self.requests.get(request_id)
         if req is not None and (req.token is not None or time.monotonic() < req.checked + RETRY_MISSING_S):
             return req
         region = self.region()
-        token = self._lookup(request_id) if region is not None else None
+        token = self.lookup(request_id) if region is not None else None
         local = False
         if token is None:
             tp = traceparent()
-            if tp is not None and self.owner is None:
+            if tp is not None and self.stage_only():
                 # A stage on a host the API server is not on: a request of
                 # this host's own, under the context the request carried.
-                region = region or self.region(create=True)
+                region = region or self.host_region()
                 if region is not None:
                     token = region.begin(tp, strict=False)
                     local = token is not None
@@ -333,7 +268,7 @@ class Recording:
         now = time.monotonic()
         if req.local or (req.dead and now < req.checked + RETRY_CLOSED_S):
             return None
-        newer = self._lookup(request_id)
+        newer = self.lookup(request_id)
         if newer is None or newer == req.token:
             req.dead, req.checked = True, now
             return None

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .._instrument import Target
 from ._payload import output_has_content, stage, traceparent_in, traceparent_of
-from ._recording import EMIT, OUTPUT, SEND, STAGES, Recording, slots_for
+from ._recording import EMIT, OUTPUT, SEND, STAGES, Recording, edges, slots_for
 
 _ORCH = "vllm_omni.engine.orchestrator"
 
@@ -44,7 +44,7 @@ def wrap_orchestrator_init(orig: Callable, rec: Recording) -> Callable:
         orig(self, *args, **kwargs)
         try:
             pools = list(getattr(self, "stage_pools", None) or ())
-            rec.ensure_owner(len(pools) or STAGES, slots_for(pools, rec.once))
+            rec.ensure_owner(edges(len(pools) or STAGES), slots_for(pools, rec.once))
         except Exception as e:  # noqa: BLE001 - the server serves without it
             rec.once.debug("w-init", "edgemark: region not created at start-up: %r", e)
 
@@ -52,8 +52,11 @@ def wrap_orchestrator_init(orig: Callable, rec: Recording) -> Callable:
 
 
 def _close_by_finalizer(rec: Recording, request_id: str, token: Any, pid: int) -> None:
+    # Queued, never closed here: the garbage collector runs a finalizer in
+    # whatever thread allocates, possibly inside a section that holds the
+    # owner's lock.
     if os.getpid() == pid:
-        rec.close(request_id, token)
+        rec.close_later(request_id, token)
 
 
 def wrap_state_init(orig: Callable, rec: Recording) -> Callable:

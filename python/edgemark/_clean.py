@@ -1,0 +1,183 @@
+"""What ``python -m edgemark.vllm clean`` and ``python -m edgemark.vllm_omni
+clean`` do (one command for both plugins): removes the regions, and their
+request lookups, that no running server holds any more (servers killed
+with SIGKILL, by the OOM killer, or with their container).
+
+A region is live while some process holds a lock on its file
+(``_lifecycle.Hold``: every API server holds one for its life, and the
+kernel drops it when the process dies, whatever its PID namespace). So a
+region is judged by taking that lock exclusively, without waiting: taken,
+nobody uses the file and it is removed while the lock is held (a server
+that starts at that moment sees its file gone and makes it again); refused,
+it is left alone. Pids are never read: they mean nothing across
+containers.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+import shutil
+import stat
+import sys
+from typing import Callable, List, Optional, Sequence, Union
+
+from ._channel import lookup_dir
+from ._edgemark import default_dir
+
+log = logging.getLogger("edgemark")
+
+#: The names the plugins give regions and lookups: ``<prefix><pid>-<16
+#: hex>``, and ``<prefix><pid>`` of earlier releases.
+_NAME = re.compile(r"edgemark-vllm-(?:omni-)?[0-9]+(?:-[0-9a-f]{16})?\.(region|requests)$")
+
+#: The variables that name a region by hand, one per plugin.
+NAMED_BY = ("EDGEMARK_VLLM_REGION", "EDGEMARK_VLLM_OMNI_REGION")
+
+
+def _lock_if_unused(path: str) -> Optional[int]:
+    """A descriptor of ``path`` locked exclusively (nobody else holds the
+    file), or ``None`` when a process holds it, it is absent, or it is not
+    a regular file of this user's. Never follows a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            os.close(fd)
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove(path: str, report: Callable[[str], None], removed: List[str]) -> None:
+    """Removes ``path`` (a file, a symlink itself, or a directory tree of
+    this user's), reporting it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        log.warning("edgemark: cannot read %s: %s", path, e)
+        return
+    if st.st_uid != os.geteuid():
+        log.warning("edgemark: %s belongs to uid %d, left in place", path, st.st_uid)
+        return
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError as e:
+        log.warning("edgemark: cannot remove %s: %s", path, e)
+        return
+    removed.append(path)
+    report(path)
+
+
+def _region_of(lookup: str) -> str:
+    return lookup[: -len(".requests")] + ".region"
+
+
+def _remove_if_unused(region: str, report: Callable[[str], None], removed: List[str]) -> bool:
+    """Removes the region file ``region`` and its lookup when no process
+    holds it; ``True`` if it was judged unused. A symlink at the name is no
+    region: it is removed itself."""
+    try:
+        st = os.lstat(region)
+    except OSError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        _remove(region, report, removed)
+        return True
+    fd = _lock_if_unused(region)
+    if fd is None:
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            log.warning("edgemark: %s is not a regular file of this user's, left in place", region)
+        return False
+    try:
+        _remove(region, report, removed)
+        lookup = lookup_dir(region)
+        if os.path.lexists(lookup):
+            _remove(lookup, report, removed)
+    finally:
+        os.close(fd)
+    return True
+
+
+def clean(
+    directory: Optional[str] = None,
+    report: Callable[[str], None] = lambda path: None,
+    named: Union[None, str, Sequence[str]] = None,
+) -> List[str]:
+    """Removes the regions no process holds, and their request lookups,
+    and only those this user owns: under ``directory`` (default
+    ``edgemark.default_dir()``) those the plugins named; and the regions
+    ``named`` (default: those ``EDGEMARK_VLLM_REGION`` and
+    ``EDGEMARK_VLLM_OMNI_REGION`` name). A lookup whose region is gone goes
+    too. Calls ``report`` with each path as soon as it is removed; returns
+    them all. Never follows a symlink: one with such a name is removed
+    itself."""
+    directory = directory or default_dir()
+    if named is None:
+        named = [p for p in (os.environ.get(v) for v in NAMED_BY) if p]
+    elif isinstance(named, str):
+        named = [named]
+    removed: List[str] = []
+    names = sorted(os.listdir(directory))
+    for name in names:
+        m = _NAME.match(name)
+        if m and m.group(1) == "region":
+            _remove_if_unused(os.path.join(directory, name), report, removed)
+    for name in names:
+        m = _NAME.match(name)
+        path = os.path.join(directory, name)
+        if m and m.group(1) == "requests" and path not in removed and not os.path.lexists(_region_of(path)):
+            # Its region is gone (removed above, or by hand).
+            _remove(path, report, removed)
+    for region in named:
+        if region not in removed:
+            _remove_if_unused(region, report, removed)
+    return removed
+
+
+def _say(line: str) -> None:
+    # File names need not be text: written as the bytes they are.
+    sys.stdout.buffer.write(os.fsencode(line) + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def main(prog: str, argv: List[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="edgemark's vLLM and vLLM-Omni plugins: remove the regions no running server holds.",
+    )
+    parser.add_argument(
+        "command", choices=["clean"], help="clean: remove the regions (and lookups) of servers that no longer run"
+    )
+    parser.add_argument("--dir", default=None, help="where to look (default: edgemark's default directory)")
+    parser.add_argument(
+        "--region",
+        action="append",
+        default=None,
+        help="a region named by hand, removed with its lookup when no process holds it (repeatable; default: "
+        + " and ".join("$" + v for v in NAMED_BY)
+        + ")",
+    )
+    args = parser.parse_args(argv)
+    try:
+        clean(args.dir, report=lambda path: _say(f"removed {path}"), named=args.region)
+    except OSError as e:
+        print(f"{prog}: {e.strerror if e.errno != errno.ENOENT else 'no such directory'}: {e.filename}", file=sys.stderr)
+        return 1
+    return 0
