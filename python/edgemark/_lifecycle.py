@@ -377,6 +377,7 @@ class Owner:
         # The last server out removes a region a server made (never one the
         # user made beforehand, `edgemark create`), and its lookup.
         self._remove = self.created or plugin_named
+        self._released = False
         atexit.register(self.release)
         self.log = log
         self.said = said
@@ -391,7 +392,10 @@ class Owner:
 
     def release(self) -> None:
         """At exit: the lookup entries this process wrote, and the region if
-        nobody else holds it and a server made it."""
+        nobody else holds it and a server made it. Idempotent."""
+        if self._released:
+            return
+        self._released = True
         if self.writer is not None:
             self.writer.remove()
         if self.hold.release(remove=self._remove) and self.writer is not None:
@@ -662,15 +666,18 @@ class Recording:
         with self.lock:
             if self.owner is not old:
                 return
+            # The old one's lookup goes first: the new one makes its own.
+            old.release()
             try:
                 new = self._make_owner()
             except (OSError, ValueError) as e:
                 self.said.warn("remake", "edgemark: cannot make the region %s again, nothing is recorded: %s", self.path, e)
+                self.owner = self._region = None
+                self.failed = True
                 return
             self.owner, self._region = new, new.region
             self._reader.close()
             self._reader_ok = None
-        old.release()
         self.forget_all()
 
     def forget_all(self) -> None:
