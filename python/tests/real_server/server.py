@@ -28,6 +28,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -426,6 +427,46 @@ def wav_samples(wav: bytes) -> int:
             return min(size, len(wav) - pos - 8) // 2
         pos += 8 + size
     raise ValueError("WAV file without a data chunk")
+
+
+# ----------------------------------------------------------------------- log
+
+# vLLM's prefix on each line of a process it started: `(APIServer pid=4711)`
+# (after a colour code when the output is not a terminal as well).
+_PROCESS = re.compile(r"\(([\w.-]+) pid=(\d+)\)")
+_API_SERVER = re.compile(r"Starting vLLM API server (\d+) on ")
+_SPEECH = re.compile(r"\[SpeechE2E\] request_id=(\S+) stream=(\S+) status=(\S+)")
+
+
+def log_process(line: str) -> tuple[str, int] | None:
+    """The (name, pid) vLLM's prefix gives a line, or None."""
+    m = _PROCESS.search(line)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def api_servers(log: str) -> dict[int, int]:
+    """API server index -> pid, from each API server's "Starting vLLM API
+    server N" line (indices 0 to N-1 with ``--api-server-count N``)."""
+    out = {}
+    for line in log.splitlines():
+        m, who = _API_SERVER.search(line), log_process(line)
+        if m and who:
+            out[int(m.group(1))] = who[1]
+    return out
+
+
+def speech_requests(log: str) -> dict[str, tuple[int | None, str, str]]:
+    """Request id (``speech-<16 hex>``) -> (pid of the API server that
+    served it, ``stream`` true/false, status), from the endpoint's
+    ``[SpeechE2E]`` line: one per finished request, at INFO with
+    ``--enable-log-requests`` (0.32.0rc1 logs it at DEBUG otherwise)."""
+    out = {}
+    for line in log.splitlines():
+        m = _SPEECH.search(line)
+        if m:
+            who = log_process(line)
+            out[m.group(1)] = (who[1] if who else None, m.group(2), m.group(3))
+    return out
 
 
 if __name__ == "__main__":
