@@ -171,6 +171,17 @@ class Reader:
             except OSError:
                 pass
 
+    def unlinked(self) -> bool:
+        """Whether the directory this reader opened was removed since (a
+        new one may stand at its path)."""
+        fd = self._fd
+        if fd is None:
+            return False
+        try:
+            return os.fstat(fd).st_nlink == 0
+        except OSError:
+            return True
+
     def close(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -223,16 +234,25 @@ class Writer:
             except OSError:
                 pass
 
+    def unlinked(self) -> bool:
+        """Whether the directory this writer opened was removed (another
+        process removed it: entries written now are lost)."""
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return True
+
     def forget(self, request_id: str) -> None:
         """Stops tracking ``request_id``'s entry without touching the files
         (another process removed them)."""
         with self._lock:
             self._mine.discard(entry_name(request_id))
 
-    def remove(self) -> None:
-        """Removes the entries this writer published, and the directory if
-        it created it (and it is then empty). Only in the process that made
-        them: a forked child inherits the writer, not its files."""
+    def remove(self, rmdir: bool = True) -> None:
+        """Removes the entries this writer published, and, with ``rmdir``,
+        the directory if it created it (and it is then empty). Only in the
+        process that made them: a forked child inherits the writer, not its
+        files."""
         if os.getpid() != self._pid:
             return
         with self._lock:
@@ -244,7 +264,7 @@ class Writer:
                 except OSError:
                     pass
         os.close(self._fd)
-        if self.created:
+        if rmdir and self.created:
             try:
                 os.rmdir(self.path)
             except OSError:

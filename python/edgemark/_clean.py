@@ -52,6 +52,12 @@ def _lock_if_unused(path: str) -> Optional[int]:
             os.close(fd)
             return None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Still the file at the name: not one removed between the open and
+        # the lock, with a live server's new file at its name now.
+        cur = os.lstat(path)
+        if (cur.st_dev, cur.st_ino) != (st.st_dev, st.st_ino) or os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            return None
     except OSError:
         os.close(fd)
         return None
@@ -104,10 +110,13 @@ def _remove_if_unused(region: str, report: Callable[[str], None], removed: List[
             log.warning("edgemark: %s is not a regular file of this user's, left in place", region)
         return False
     try:
-        _remove(region, report, removed)
+        # The lookup first, the region last, both under the lock: a server
+        # that starts meanwhile waits for the lock, then finds its file
+        # gone and makes both afresh.
         lookup = lookup_dir(region)
         if os.path.lexists(lookup):
             _remove(lookup, report, removed)
+        _remove(region, report, removed)
     finally:
         os.close(fd)
     return True

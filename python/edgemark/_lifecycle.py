@@ -291,7 +291,7 @@ class Hold:
 
 
 def create_or_attach(
-    path: str, edges: Iterable[Tuple[int, int]], slots: int, trusted: bool
+    path: str, edges: Iterable[Tuple[int, int]], slots: int, trusted: bool, wait: float = ATTACH_WAIT_S
 ) -> Tuple[Region, Hold, bool]:
     """The region at ``path``, held: created here (``True``), or, when
     ``trusted`` (the user named it, or the plugin named it for this server
@@ -306,7 +306,7 @@ def create_or_attach(
                 raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
             if not own_regular_file(path):
                 raise _channel.UntrustedError(f"{path} is not a regular file this user owns") from None
-            region, created = attach(path), False
+            region, created = attach(path, wait), False
         try:
             hold = Hold(path)
         except FileNotFoundError:
@@ -361,9 +361,10 @@ class Owner:
         said: Said,
         log: logging.Logger,
         log_requests: bool = False,
+        wait: float = ATTACH_WAIT_S,
     ) -> None:
         self.path = path
-        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted)
+        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait)
         self.writer: Optional[_channel.Writer] = None
         try:
             self.writer = _channel.Writer(_channel.lookup_dir(path))
@@ -378,6 +379,7 @@ class Owner:
         # user made beforehand, `edgemark create`), and its lookup.
         self._remove = self.created or plugin_named
         self._released = False
+        self._lookup_released = False
         atexit.register(self.release)
         self.log = log
         self.said = said
@@ -389,6 +391,7 @@ class Owner:
         #: Closes asked for where the lock may be held (a finalizer that the
         #: garbage collector runs inside a locked section): done by ``tick``.
         self._later: Deque[Tuple[str, Token]] = collections.deque()
+        self._successor: Dict[Token, Token] = {}
 
     def release(self) -> None:
         """At exit: the lookup entries this process wrote, and the region if
@@ -396,14 +399,25 @@ class Owner:
         if self._released:
             return
         self._released = True
-        if self.writer is not None:
-            self.writer.remove()
+        self.release_lookup()
         if self.hold.release(remove=self._remove) and self.writer is not None:
             # Nobody holds the region any more: its lookup goes with it.
             try:
                 os.rmdir(_channel.lookup_dir(self.path))
             except OSError:
                 pass
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release_lookup(self) -> None:
+        """Removes the lookup entries this process wrote. Never the
+        directory: a peer that holds the region reads it still."""
+        writer = self.writer
+        if writer is not None and not self._lookup_released:
+            self._lookup_released = True
+            writer.remove(rmdir=False)
 
     def begin(self, request_id: str, traceparent: Optional[str]) -> Optional[Token]:
         token = self.region.begin(traceparent, strict=False)
@@ -473,8 +487,16 @@ class Owner:
 
     def close_later(self, request_id: str, token: Token) -> None:
         """Closes ``request_id``'s instance on the next ``tick``: safe where
-        this object's lock may be held by the same thread (a finalizer)."""
+        this object's lock may be held by the same thread (a finalizer).
+        An instance begun again in its place (``succeeded``) is closed
+        instead."""
         self._later.append((request_id, token))
+
+    def succeeded(self, old: Token, new: Token) -> None:
+        """``new`` was begun in place of ``old`` (same request, another
+        trace context): a close queued for ``old`` closes ``new``."""
+        with self.lock:
+            self._successor[old] = new
 
     def forget_closed(self) -> int:
         """Forgets the requests that another process closed (their tokens
@@ -484,9 +506,10 @@ class Owner:
             for rid, _ in gone:
                 del self.tokens[rid]
                 self.parented.discard(rid)
-        if self.writer is not None:
-            for rid, _ in gone:
-                self.writer.withdraw(rid)
+                # Inside the lock, as in `close`: a new instance begun under
+                # the ID meanwhile keeps its entry.
+                if self.writer is not None:
+                    self.writer.withdraw(rid)
         return len(gone)
 
     def tick(self, max_open_s: float) -> int:
@@ -495,7 +518,18 @@ class Owner:
         requests others closed. How many requests the bound closed."""
         while self._later:
             rid, token = self._later.popleft()
+            with self.lock:
+                while token in self._successor:
+                    token = self._successor.pop(token)
             self.close(rid, token)
+        if self.writer is not None and self.writer.unlinked():
+            # Removed by another process (a `clean` of an older release):
+            # made again, or entries written from now on would be lost.
+            try:
+                self.writer = _channel.Writer(_channel.lookup_dir(self.path))
+                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", self.writer.path)
+            except OSError as e:
+                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed: %s", self.writer.path, e)
         expired = 0
         expire = getattr(self.region, "expire", None)
         if expire is not None:
@@ -539,6 +573,9 @@ class Recording:
         self.failed = False
         self._pending: Optional[str] = None
         self._ticker: Optional[threading.Thread] = None
+        self._stopping = False
+        self._next_remake = 0.0
+        self._remake_pause = TICK_S
         #: The hold of a region this process made for its own host's
         #: requests, with no API server on the host (vLLM-Omni's stages on
         #: a host of their own).
@@ -595,7 +632,7 @@ class Recording:
                 self._start_ticker()
             return self.owner
 
-    def _make_owner(self) -> Owner:
+    def _make_owner(self, wait: float = ATTACH_WAIT_S) -> Owner:
         assert self._shape is not None
         edges, slots = self._shape
         # A name the user gave, or the one the plugin gave this server start
@@ -611,6 +648,7 @@ class Recording:
             self.said,
             self.log,
             self.log_requests(),
+            wait,
         )
 
     def log_requests(self) -> bool:
@@ -621,13 +659,21 @@ class Recording:
     def _start_ticker(self) -> None:
         if self._ticker is not None and self._ticker.is_alive():
             return
+        # Registered after the owner's release, so run before it (atexit is
+        # last in, first out): no tick after the region is let go.
+        atexit.register(self._stop_ticking)
         t = threading.Thread(target=self._tick_loop, name="edgemark-tick", daemon=True)
         self._ticker = t
         t.start()
 
+    def _stop_ticking(self) -> None:
+        self._stopping = True
+
     def _tick_loop(self) -> None:
-        while True:
+        while not self._stopping:
             time.sleep(TICK_S)
+            if self._stopping:
+                return
             try:
                 self.tick()
             except Exception as e:  # noqa: BLE001 - the thread must go on
@@ -638,6 +684,8 @@ class Recording:
         file removed or replaced under it noticed: said, and made again at
         its path (requests open in the old one close with it)."""
         owner = self.owner
+        if self._stopping or (owner is not None and owner.released):
+            return
         if owner is None:
             region = self._region
             if self.host_hold is None or region is None:
@@ -654,6 +702,9 @@ class Recording:
                 self.max_open_s,
                 self.spec.env_max_open,
             )
+        if self._reader.unlinked():
+            self._reader.close()
+            self._reader_ok = None
         if owner is not None and not owner.hold.linked():
             self.said.warn(
                 "unlinked",
@@ -663,21 +714,29 @@ class Recording:
             self._replace_owner(owner)
 
     def _replace_owner(self, old: Owner) -> None:
+        # On the tick's thread, never under ``self.lock`` (which vLLM's
+        # threads take): made first, swapped in under the lock. On failure
+        # the old one stays (its mapping of the removed file is harmless)
+        # and the next tick tries again, after a pause that doubles.
+        now = time.monotonic()
+        if now < self._next_remake:
+            return
+        # The old one's lookup entries go first: the new one makes its own.
+        old.release_lookup()
+        try:
+            new = self._make_owner(wait=0.0)
+        except (OSError, ValueError) as e:
+            self._remake_pause = min(self._remake_pause * 2, RETRY_ATTACH_MAX_S)
+            self._next_remake = now + self._remake_pause
+            self.said.warn("remake", "edgemark: cannot make the region %s again, nothing is recorded: %s", self.path, e)
+            return
+        self._remake_pause = TICK_S
+        self.said.ended("remake")
         with self.lock:
-            if self.owner is not old:
-                return
-            # The old one's lookup goes first: the new one makes its own.
-            old.release()
-            try:
-                new = self._make_owner()
-            except (OSError, ValueError) as e:
-                self.said.warn("remake", "edgemark: cannot make the region %s again, nothing is recorded: %s", self.path, e)
-                self.owner = self._region = None
-                self.failed = True
-                return
             self.owner, self._region = new, new.region
             self._reader.close()
             self._reader_ok = None
+        old.release()
         self.forget_all()
 
     def forget_all(self) -> None:
@@ -701,6 +760,12 @@ class Recording:
             if now < self._next_check:
                 return region
             self._next_check = now + CHECK_S
+            if self._reader.unlinked():
+                # The lookup was made again (its region's last server left
+                # and another started): read the new one.
+                self._reader.close()
+                self._reader_ok = None
+                self.forget_all()
             if file_identity(self.path) == self._identity:
                 return region
             self.said.warn(

@@ -247,7 +247,7 @@ def test_clean_takes_named_regions_and_their_lookups(tmp_path, monkeypatch):
         text=True,
         check=True,
     ).stdout
-    assert out.splitlines() == [f"removed {named}", f"removed {tmp_path / 'named' / 'mine.requests'}"]
+    assert out.splitlines() == [f"removed {tmp_path / 'named' / 'mine.requests'}", f"removed {named}"]
     assert held.exists(), "held by this process"
     assert _clean.clean(str(tmp_path), named=str(tmp_path / "absent.region")) == []
     hold.release(remove=False)
@@ -293,7 +293,7 @@ def test_a_shared_user_named_region_outlives_its_creator_while_a_peer_holds_it(t
     # Made by a server, named by the user: the last server out that made
     # it removes it; a server that only attached leaves it for `clean`.
     assert os.path.exists(path)
-    assert _clean.clean(str(tmp_path), named=path) == [path, _channel.lookup_dir(path)]
+    assert _clean.clean(str(tmp_path), named=path) == [_channel.lookup_dir(path), path]
 
 
 def test_a_region_made_beforehand_is_never_removed_by_a_server(tmp_path, servers):
@@ -461,3 +461,85 @@ def test_a_connector_the_plugin_cannot_follow_begins_nothing_and_is_named_once(t
     msgs = [r.getMessage() for r in caplog.records]
     assert len(msgs) == 1 and "MooncakeConnector" in msgs[0] and "remote_request_id" in msgs[0]
     assert "update_state_after_alloc" not in vars(c), "left alone"
+
+
+def test_a_restarted_prefill_server_and_its_peer_keep_one_lookup(tmp_path, monkeypatch):
+    # The prefill API server of a same-host pair exits and starts again: the
+    # decode side still joins, and its engine still finds tokens.
+    path = str(tmp_path / "pd.region")
+    monkeypatch.setenv("EDGEMARK_VLLM_REGION", path)
+    prefill, decode, engine = pd.Recording(), pd.Recording(), pd.Recording()
+    prefill.start(None)
+    decode.start(None)
+    assert prefill.begin("p-1", {"do_remote_decode": True}, None) is not None
+    assert decode.begin("d-1", {"remote_request_id": "p-1"}, None) is None, "joined"
+    prefill.owner.release()
+    assert os.path.isdir(_channel.lookup_dir(path)), "the peer reads it still"
+    again = pd.Recording()
+    again.start(None)
+    token = again.begin("p-2", {"do_remote_decode": True}, None)
+    assert decode.begin("d-2", {"remote_request_id": "p-2"}, None) is None, "joined"
+    request = SimpleNamespace(request_id="d-2", kv_transfer_params={"remote_request_id": "p-2"})
+    assert engine.pd_of(request).token == token
+
+
+def test_no_tick_after_the_region_was_let_go(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEMARK_VLLM_REGION", str(tmp_path / "x.region"))
+    rec = pd.Recording()
+    rec.start(None)
+    rec.owner.release()
+    assert os.listdir(tmp_path) == []
+    rec.tick()
+    assert os.listdir(tmp_path) == [], "not made again at exit"
+
+
+def test_a_region_that_cannot_be_made_again_is_retried_and_the_old_one_kept(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "o.region"
+    monkeypatch.setenv("EDGEMARK_VLLM_OMNI_REGION", str(path))
+    rec = omni.Recording()
+    rec.begin("req-1")
+    old = rec.owner
+    os.unlink(path)
+    path.write_bytes(b"\0" * 4096)  # in the way, and no region
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm_omni"):
+        rec.tick()
+    assert rec.owner is old and not rec.failed, "kept, tried again later"
+    os.unlink(path)
+    rec._next_remake = 0.0
+    rec.tick()
+    assert rec.owner is not old and rec.begin("req-2") is not None
+    assert any("cannot make the region" in r.getMessage() for r in caplog.records)
+
+
+def test_a_request_begun_again_under_a_trace_context_is_closed_by_its_states_finalizer(tmp_path, monkeypatch):
+    from edgemark.vllm_omni import orchestrator
+
+    monkeypatch.setenv("EDGEMARK_VLLM_OMNI_REGION", str(tmp_path / "o.region"))
+    rec = omni.Recording()
+    first = rec.begin("r")
+    rec.reparent("r", TRACE)
+    orchestrator._close_by_finalizer(rec, "r", first, os.getpid())
+    rec.tick()
+    assert rec.owner.region.open_requests() == [] and rec.owner.tokens == {}
+
+
+def test_clean_never_removes_a_live_file_that_took_the_name_of_the_one_it_locked(tmp_path, monkeypatch):
+    # Between clean's open and its lock, the last server removed its file
+    # and a restarted one made and holds a new one at the name.
+    path = str(tmp_path / "pd.region")
+    monkeypatch.setenv("EDGEMARK_VLLM_REGION", path)
+    old = pd.Recording()
+    old.start(None)
+    state = {}
+    real = _clean.fcntl.flock
+
+    def flock(fd, op):
+        if "new" not in state:
+            old.owner.release()
+            state["new"] = pd.Recording()
+            state["new"].start(None)
+        return real(fd, op)
+
+    monkeypatch.setattr(_clean.fcntl, "flock", flock)
+    assert _clean.clean(str(tmp_path), named=path) == []
+    assert state["new"].owner.hold.linked()

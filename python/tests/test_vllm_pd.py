@@ -179,7 +179,7 @@ def test_each_process_says_its_one_line(pair):
         assert any(not n.startswith("EngineCore") for n in where), text[-3000:]
         assert len(lines) == len({pid for _, pid, _ in lines}), "one line per process"
         assert all(region_path in rest for rest in where.values())
-        assert "not one edgemark understands" not in text
+        assert "not one edgemark follows" not in text
 
 
 def test_the_region_is_gone_after_sigterm(pair):

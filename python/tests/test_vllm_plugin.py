@@ -480,16 +480,16 @@ def test_api_servers_of_one_launcher_share_the_region_it_named(tmp_path, monkeyp
 def test_a_connector_without_the_hooks_is_left_alone_with_one_warning(region_env, caplog):
     rec = Recording()
 
-    class Other:
+    class OtherNixl:
         def get_finished(self, finished_req_ids):
             return set(), set()
 
     with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
-        assert not connector.wrap_instance(Other(), "SCHEDULER", rec)
-        assert not connector.wrap_instance(Other(), "SCHEDULER", rec)
-    assert vars(Other()) == {}
-    lines = [r.getMessage() for r in caplog.records if "not one edgemark understands" in r.getMessage()]
-    assert len(lines) == 1 and "Other" in lines[0] and "update_state_after_alloc" in lines[0]
+        assert not connector.wrap_instance(OtherNixl(), "SCHEDULER", rec)
+        assert not connector.wrap_instance(OtherNixl(), "SCHEDULER", rec)
+    assert vars(OtherNixl()) == {}
+    lines = [r.getMessage() for r in caplog.records if "not one edgemark follows" in r.getMessage()]
+    assert len(lines) == 1 and "OtherNixl" in lines[0] and "update_state_after_alloc" in lines[0]
 
 
 def test_a_hook_with_other_parameters_is_not_wrapped(region_env):
@@ -533,7 +533,7 @@ def test_a_connector_made_of_others_is_left_alone_with_one_warning(region_env, c
             parent = Factory.create_connector("multi", SimpleNamespace(name=role), None)
             assert vars(parent).keys() == {"connector_worker", "results", "log", "_children"}
             assert all("update_connector_output" not in vars(c) for c in parent.sub_connectors)
-    lines = [r.getMessage() for r in caplog.records if "not one edgemark understands" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "not one edgemark follows" in r.getMessage()]
     assert len(lines) == 2 and all("made of other connectors" in line for line in lines)
     single = Factory.create_connector("one", SimpleNamespace(name="SCHEDULER"), None)
     assert "update_connector_output" in vars(single)

@@ -151,7 +151,10 @@ class Recording(_lifecycle.Recording):
             return
         owner.close(request_id, token)
         self.forget(request_id)
-        owner.begin(request_id, traceparent)
+        new = owner.begin(request_id, traceparent)
+        if new is not None:
+            # The state's finalizer holds the first token: it closes this.
+            owner.succeeded(token, new)
 
     def traceparent(self, request_id: str) -> Optional[str]:
         """The ``traceparent`` the API server hands ``request_id``'s stages."""
