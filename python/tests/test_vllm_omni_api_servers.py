@@ -32,8 +32,9 @@ Needs vllm-omni with the CPU platform installed (``real_server/``);
 (default: a temporary directory). Skipped where vllm-omni or the platform is
 missing, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1`` (CI), which makes it fail.
 Every process started is stopped by its saved pid (its process group), on
-failure too, and region files the server left under its launcher's pid are
-removed after they were looked for.
+failure too; region files the server left under its launcher's pid are
+removed after they were looked for, and so are the directories vLLM-Omni
+leaves for its stage engine cores (``server.remove_wake_dirs``).
 """
 
 from __future__ import annotations
@@ -265,6 +266,9 @@ def run():
         if server is not None:
             with contextlib.suppress(Exception):
                 server.stop(signal.SIGKILL, 60)
+            # vLLM-Omni's own leftovers (real_server/README.md).
+            with contextlib.suppress(OSError):
+                omni.remove_wake_dirs(server.log_path.read_text(errors="replace"))
             # What the server left under its launcher's name (looked for
             # above): removed, so that a failed run leaves nothing behind.
             if server.pid is not None:

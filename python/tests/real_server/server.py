@@ -469,6 +469,25 @@ def speech_requests(log: str) -> dict[str, tuple[int | None, str, str]]:
     return out
 
 
+def remove_wake_dirs(log: str, shm: str = "/dev/shm") -> list[str]:
+    """Removes what vLLM-Omni 0.32.0rc1 leaves after a clean shutdown, one
+    ``omni_shm_wake_<n>_<pid>`` directory (holding a FIFO) per stage engine
+    core, for the stage engine cores named in the server's `log` that no
+    longer run; returns what it removed."""
+    pids = {who[1] for who in map(log_process, log.splitlines()) if who and who[0].startswith("StageEngineCoreProc")}
+    removed = []
+    for pid in sorted(pids):
+        if os.path.exists(f"/proc/{pid}"):
+            continue
+        for name in os.listdir(shm):
+            if name.startswith("omni_shm_wake_") and name.endswith(f"_{pid}"):
+                path = os.path.join(shm, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
+    return removed
+
+
 if __name__ == "__main__":
     # python server.py ENV_PYTHON MODEL_DIR [LOG]: start, send two WAV and one
     # streaming request, stop.
