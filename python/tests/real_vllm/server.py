@@ -404,17 +404,21 @@ def warm_up(
     prefill_host: str = HOST,
     decode_host: str = HOST,
     timeout: float = 600.0,
+    salt: int = 4242,
 ) -> int:
     """The first hand-off between a new pair, retried: it does NIXL's
     side-channel handshake, whose reply vLLM waits for 5 s at most (a fixed
     ``RCVTIMEO``); on a loaded machine the prefill instance may answer later,
     and vLLM then fails that request (HTTP 500, "handshake_failed") and
     tries the handshake again with the next one. Returns the attempts it
-    took; raises the last error after `attempts`."""
+    took; raises the last error after `attempts`. `salt` picks the prompt:
+    an instance that already decoded the default one (the peer of a
+    restarted instance) finds its blocks in its prefix cache and may load
+    nothing, so that hand-off would not make the handshake."""
     for attempt in range(1, attempts + 1):
         try:
             pd_complete(
-                prefill_port, decode_port, prompt_of(167, 4242), 2, request_id=f"pd-warm-up-{os.getpid()}-{attempt}",
+                prefill_port, decode_port, prompt_of(167, salt), 2, request_id=f"pd-warm-up-{os.getpid()}-{attempt}",
                 prefill_host=prefill_host, decode_host=decode_host, timeout=timeout,
             )
             return attempt
