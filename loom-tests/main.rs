@@ -200,6 +200,8 @@ fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::J
 // The models, by protocol part; each file holds the models of one.
 mod close;
 mod domains;
+mod expire;
+mod fence;
 mod ring;
 mod ring_ack;
 mod segment;

@@ -90,6 +90,11 @@ pub(crate) const H_RING_SETTLED_OVERWRITTEN: usize = 58;
 /// Taken closed requests a reader gave up on because the collector (or
 /// whatever it sends to) refused them.
 pub(crate) const H_RING_GAVE_UP_REFUSED: usize = 59;
+/// Requests closed by an expiry ([`crate::Recorder::expire_open`]): each
+/// counted once, by the expiry whose close freed its slot (and counted in
+/// [`H_CLOSED`] too, as every close is). Unused (0) before it was added,
+/// within format 4: builds from before it neither write nor read it.
+pub(crate) const H_EXPIRED: usize = 60;
 /// Edge table: one word per edge ([`EdgeWord`](crate::word::EdgeWord)).
 pub(crate) const H_EDGE_TABLE: usize = 64;
 /// Most edges a region can declare.
@@ -568,6 +573,7 @@ impl Layout {
 
 const _: () = assert!(H_COUNTERS + MAX_COUNTERS <= H_CLOSED);
 const _: () = assert!(H_RECLAIMED < H_EDGE_TABLE);
+const _: () = assert!(H_EXPIRED < H_EDGE_TABLE);
 const _: () = assert!(H_BAD_TRACE < H_CURSOR);
 const _: () = assert!(H_EDGE_TABLE + MAX_EDGES <= H_EVENT_TABLE);
 const _: () = assert!(H_EVENT_TABLE + MAX_EVENTS * EVENT_WORDS <= H_DOMAIN_TABLE);

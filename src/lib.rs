@@ -71,7 +71,7 @@
 //! - [`report`]: what a region says about itself and its closed requests
 //!   ([`report::RegionInfo`], [`report::Counters`], [`report::METRICS`]
 //!   (the one table of its counters and gauges), [`report::EdgeHistogram`], [`report::Histogram`],
-//!   [`report::BUCKETS_MS`], [`report::ReclaimReport`],
+//!   [`report::BUCKETS_MS`], [`report::ReclaimReport`], [`report::ExpireReport`],
 //!   [`report::Owner`], [`report::PidsUnjudged`]).
 //! - [`trace`]: past one host: a request's W3C trace context
 //!   ([`TraceContext`], at the root too, for [`Recorder::begin_traced`];

@@ -32,7 +32,7 @@
 //!  "closed_ring": {"entries": 64, "entry_bytes": 512},
 //!  "refused": {"stale_segment": 0, "...": 0},
 //!  "dropped_segments": 0, "closed_requests": 12, "reclaimed_requests": 0,
-//!  "closed_lost": 0, "closed_acknowledged": 9,
+//!  "requests_expired": 1, "closed_lost": 0, "closed_acknowledged": 9,
 //!  "closed_given_up": {"queue_full": 0, "retries_exhausted": 1, "refused": 0},
 //!  "closed_overwritten_taken": 0, "closed_settled_overwritten": 0,
 //!  "bad_trace_contexts": 0,
@@ -54,9 +54,9 @@ use serde::{Serialize, Serializer};
 use crate::clock::ClockIdentity;
 pub use crate::layout::BUCKETS_MS;
 use crate::layout::{
-    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_RECLAIMED, H_RING_ACKED, H_RING_GAVE_UP_FULL,
-    H_RING_GAVE_UP_REFUSED, H_RING_GAVE_UP_RETRIES, H_RING_LOST, H_RING_OVERWRITTEN_TAKEN,
-    H_RING_SETTLED_OVERWRITTEN, HistWords, Layout,
+    H_BAD_TRACE, H_CLOSED, H_COUNTERS, H_DROPPED, H_EXPIRED, H_RECLAIMED, H_RING_ACKED,
+    H_RING_GAVE_UP_FULL, H_RING_GAVE_UP_REFUSED, H_RING_GAVE_UP_RETRIES, H_RING_LOST,
+    H_RING_OVERWRITTEN_TAKEN, H_RING_SETTLED_OVERWRITTEN, HistWords, Layout,
 };
 use crate::mark::Edge;
 use crate::outcome::Outcome;
@@ -355,6 +355,23 @@ pub struct ReclaimReport {
     pub live_owners_locked: u32,
 }
 
+/// What [`Recorder::expire_open`](crate::Recorder::expire_open) closed,
+/// and what it could not judge. Serialises under its field names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ExpireReport {
+    /// Requests this call closed (and counted in
+    /// [`Counters::requests_expired`]): open for at least the bound, and
+    /// closed by this call rather than by another close that got there
+    /// first.
+    pub expired: u32,
+    /// Open requests left alone because this process cannot tell their
+    /// age: every open request when it does not read the region's clock
+    /// ([`RegionInfo::shares_clock`] is false), else those begun in
+    /// another time namespace (their origin is on another clock).
+    pub unjudged: u32,
+}
+
 impl ReclaimReport {
     /// Slots freed in all.
     pub fn freed(&self) -> u32 {
@@ -363,7 +380,7 @@ impl ReclaimReport {
 }
 
 /// The region's counters: refused records by reason, dropped segments,
-/// closed and reclaimed requests, the fates of closed requests in the ring
+/// closed, reclaimed and expired requests, the fates of closed requests in the ring
 /// (lost to its readers, acknowledged, given up, overwritten while taken),
 /// malformed trace contexts. Serialises as the second part of a
 /// [`RegionReport`], as its rows of [`METRICS`] name it: `refused` as an
@@ -380,6 +397,12 @@ pub struct Counters {
     pub closed_requests: u64,
     /// Requests freed by a reclaim (their values are not in the histograms).
     pub reclaimed_requests: u64,
+    /// Requests closed by an expiry
+    /// ([`Recorder::expire_open`](crate::Recorder::expire_open)) because
+    /// they stayed open longer than its bound; each counted once, by the
+    /// expiry whose close ended it. They are closed as any request is, so
+    /// [`Counters::closed_requests`] counts them too.
+    pub requests_expired: u64,
     /// Closed requests that left the ring of closed requests before a
     /// reader took them whole: overwritten unread (no reader took them
     /// within a ring of later closes), torn, or given up unwritten (their
@@ -570,6 +593,15 @@ pub const METRICS: &[Metric] = &[
         kind: MetricKind::Counter,
         label: None,
         read: Read::Counters(|c| MetricValue::One(c.reclaimed_requests)),
+    },
+    Metric {
+        key: "requests_expired",
+        prometheus: "edgemark_requests_expired",
+        help: "Requests closed by an expiry because they stayed open longer than its bound (their \
+               closer died or never saw them); counted in the closed requests too",
+        kind: MetricKind::Counter,
+        label: None,
+        read: Read::Counters(|c| MetricValue::One(c.requests_expired)),
     },
     Metric {
         key: "closed_lost",
@@ -782,6 +814,7 @@ pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
         dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
         closed_requests: w[H_CLOSED].load(Ordering::Relaxed),
         reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
+        requests_expired: w[H_EXPIRED].load(Ordering::Relaxed),
         // Relaxed: a counter, as the others.
         closed_lost: w[H_RING_LOST].load(Ordering::Relaxed),
         closed_acknowledged: w[H_RING_ACKED].load(Ordering::Relaxed),
@@ -845,6 +878,7 @@ mod tests {
             dropped_segments: 1,
             closed_requests: 2,
             reclaimed_requests: 3,
+            requests_expired: 12,
             closed_lost: 4,
             closed_acknowledged: 5,
             closed_given_up: GivenUp {
@@ -864,7 +898,7 @@ mod tests {
             closed_readers: 25,
         };
         let mut all: Vec<u64> = refused.iter().map(|(_, n)| *n).collect();
-        all.extend(1..=11);
+        all.extend(1..=12);
         all.extend(21..=25);
         (c, o, all)
     }

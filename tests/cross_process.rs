@@ -235,3 +235,46 @@ fn processes_register_clock_domains_at_run_time_until_the_table_is_full() {
         }
     }
 }
+
+#[test]
+fn a_killed_workers_requests_expire_through_the_ordinary_close() {
+    let p = Processes::new();
+    let mut doomed = Worker::spawn(&p.path);
+    let theirs: Vec<edgemark::Token> = (0..2)
+        .map(|_| doomed.ask("begin").parse().unwrap())
+        .collect();
+    let line = common::record_line(theirs[0], &obs(E01, ProducerFirstNonemptyEmit).chunk(4));
+    assert_eq!(common::outcome_named(&doomed.ask(&line)), Outcome::Recorded);
+    // Killed (SIGKILL, then reaped) before it could close them.
+    drop(doomed);
+    for t in &theirs {
+        assert_eq!(p.rec.snapshot(*t).state(), RequestState::Open);
+    }
+    // No request is an hour old; every one is as old as no time at all.
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(p.rec.expire_open(hour).unwrap().expired, 0);
+    assert_eq!(
+        p.rec
+            .expire_open(std::time::Duration::ZERO)
+            .unwrap()
+            .expired,
+        2
+    );
+    for t in &theirs {
+        assert_eq!(p.rec.snapshot(*t).state(), RequestState::Gone);
+    }
+    let c = p.rec.counters();
+    assert_eq!((c.requests_expired, c.closed_requests), (2, 2));
+    // The closed requests reach a reader as any close hands them over: the
+    // worker's value kept, the events it never got null.
+    let mut out = Vec::new();
+    while !p.rec.drain_closed(16, &mut out).unwrap().caught_up {}
+    assert_eq!(out.len(), 2);
+    let first = out.iter().find(|c| c.token() == theirs[0]).unwrap();
+    let seg = first.snapshot().segment(E01, 0).unwrap();
+    assert_eq!(seg.first_chunk_seq(), Some(4));
+    assert!(seg.get(ProducerFirstNonemptyEmit).is_some());
+    assert_eq!(seg.get(ConsumerFirstNonemptyOutput), None);
+    let second = out.iter().find(|c| c.token() == theirs[1]).unwrap();
+    assert!(second.snapshot().is_empty());
+}

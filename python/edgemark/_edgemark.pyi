@@ -271,10 +271,31 @@ class Region:
         """``close`` returning the final snapshot as JSON text."""
     def is_open(self, token: _TokenLike) -> bool:
         """Whether ``token`` names an open request of this region."""
+    def recorded(
+        self,
+        token: _TokenLike,
+        from_stage: int,
+        to_stage: int,
+        event: _EventLike,
+        segment: int = 0,
+    ) -> bool:
+        """Whether ``event`` is recorded for the open request, read after a
+        full memory fence: two parties that each record their event and
+        then ask for the other's cannot both miss it (a close decision).
+        ``False`` for any runtime condition (closed, stale or foreign
+        token, not recorded yet); ``TypeError``/``ValueError`` only for bad
+        arguments, as ``record``."""
     def open_requests(self) -> List[Token]:
         """Tokens of every open request (a sweep, without the GIL)."""
     def snapshot_open(self) -> List[Tuple[Token, _Snapshot]]:
         """Snapshots of every open request (a sweep, without the GIL)."""
+    def expire(self, older_than_s: float) -> int:
+        """Closes every request open for at least ``older_than_s`` seconds,
+        as ``close`` closes it (its final values reach ``drain_closed``),
+        counts each in ``counters()["requests_expired"]``, and returns how
+        many this call closed; requests whose age this process cannot
+        judge are left open. ``ValueError`` for a negative or NaN bound,
+        ``PermissionError`` on a read-only attach."""
     def reclaim_dead_owners(self) -> Dict[str, Any]:
         """Frees the slots of dead processes: ``{"dead_owners", "dead_holders",
         "unjudged", "live_owners_locked"}`` (``unjudged``: why no pid was

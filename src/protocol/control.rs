@@ -4,7 +4,7 @@
 
 use super::{Occupant, Proto, ReadInto, SegmentRead, Values};
 use crate::layout::{
-    BUCKETS_MS, H_BAD_TRACE, H_CLOSED, H_CURSOR, H_DROPPED, H_RECLAIMED, TRACE_WORDS,
+    BUCKETS_MS, H_BAD_TRACE, H_CLOSED, H_CURSOR, H_DROPPED, H_EXPIRED, H_RECLAIMED, TRACE_WORDS,
 };
 use crate::outcome::Outcome;
 use crate::report::Owner;
@@ -513,6 +513,14 @@ impl Proto<'_> {
         }
         // Relaxed: a statistics counter.
         self.w(H_CLOSED).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request that an expiry closed. Only the expiry whose close
+    /// freed the slot ([`Closed::Freed`]) calls it, so each request is
+    /// counted once, however many processes expire at once.
+    pub(crate) fn count_expired(&self) {
+        // Relaxed: a statistics counter; nothing is ordered by it.
+        self.w(H_EXPIRED).fetch_add(1, Ordering::Relaxed);
     }
 
     /// Adds one value (or delta) in microseconds to histogram `metric` of

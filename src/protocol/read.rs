@@ -268,6 +268,126 @@ impl<'a> Proto<'a> {
             .then_some(w)
     }
 
+    /// The origin `begin` stored in `slot`: a reading of the region's clock.
+    /// For a request a sweep found open ([`Proto::open_slots`]), it is that
+    /// request's origin or a later request's, which is never older (a
+    /// caller that acts on it through a control operation on the found
+    /// generation fails if the slot moved on).
+    pub(crate) fn origin(&self, slot: u32) -> u64 {
+        // Relaxed: ordered after the sweep's Acquire load of the head, which
+        // pairs with `begin`'s Release store of `Open` made after it stored
+        // the origin.
+        self.w(self.layout.origin(slot)).load(Ordering::Relaxed)
+    }
+
+    /// Whether event `event` of segment `segment` of `edge` holds a value
+    /// for the open request `req`, read after a sequentially consistent
+    /// fence: the read of a close decision that two parties make from each
+    /// other's records (`Viewer::recorded`). `false` when the request is
+    /// not open (closed, reused), the segment is not kept (not started,
+    /// dropped from the window, or being relaid), or the cell holds no
+    /// value.
+    ///
+    /// # The fence
+    ///
+    /// Party A records event X (its compare-and-swap on X's cell, in
+    /// [`Proto::record`]) and then asks whether Y is in; party B records Y
+    /// and then asks whether X is in. With only the record's Release CAS
+    /// and Acquire loads, both loads may read the cell as it was before
+    /// the other's CAS (store buffering: Arm and POWER allow it; x86 does
+    /// not), and neither party closes. The SeqCst fence here, between
+    /// each party's CAS and its load, forbids that. In the terms of
+    /// C++20 [atomics.order] (which Rust's model is): suppose B's load of
+    /// X's cell read a value before A's CAS in that cell's modification
+    /// order. Then the load is coherence-ordered before the CAS; B's fence
+    /// happens before the load and the CAS happens before A's fence, so
+    /// (p4.4) B's fence precedes A's in the single total order S. By the
+    /// same argument, if A's load also missed B's CAS, A's fence precedes
+    /// B's in S: a contradiction, S being a total order. So at least one
+    /// of the loads sees the other's value (or a later word of that cell:
+    /// a close's seal, so someone closed, or a newer segment's relay,
+    /// after which the segment asked about is gone).
+    ///
+    /// The record path stays as it is: the argument needs only that each
+    /// party's write of its event happens before its own fence, which
+    /// holds for its own CAS (sequenced before) whatever the CAS's
+    /// ordering, and for a value another writer got in first (the caller
+    /// was told `Duplicate` after `refuse_cell`'s Acquire fence, which
+    /// synchronises with that writer's Release CAS). Making the CAS SeqCst
+    /// instead would not do without SeqCst on the load side too, and
+    /// would put the cost on every record rather than on this call, made
+    /// once per close decision. loom models the fence (m12a), and the
+    /// unfenced read fails the same model (m12b).
+    pub(crate) fn recorded(&self, req: Occupant, edge: usize, segment: u32, event: usize) -> bool {
+        // SeqCst: the fence of the argument above; pairs with the same
+        // fence of the other party's `recorded`, after its own record.
+        fence(Ordering::SeqCst);
+        self.holds_value(req, edge, segment, event)
+    }
+
+    /// [`Proto::recorded`] without its fence: what a snapshot would say of
+    /// the one cell. Only the loom models call it alone, to show that the
+    /// fence is needed (m12b).
+    pub(crate) fn holds_value(
+        &self,
+        req: Occupant,
+        edge: usize,
+        segment: u32,
+        event: usize,
+    ) -> bool {
+        let Occupant { slot, generation } = req;
+        let l = *self.layout;
+        // Acquire: pairs with the Release head store of `begin` (and of each
+        // control operation), so the slot's layout is visible.
+        if !self
+            .head(slot)
+            .load(Ordering::Acquire)
+            .shows_open(generation)
+        {
+            return false;
+        }
+        // Acquire: pairs with the Release store of the segment word in
+        // `begin` / `start_segment`: the kept entries are laid.
+        let Some(cur) = self.segment(slot, edge).load(Ordering::Acquire).decode() else {
+            return false;
+        };
+        if segment > cur.index {
+            return false;
+        }
+        // The kept entry that holds segment `segment`, newest first (the
+        // current segment's, usually).
+        let found = l.window(cur.count).rev().find_map(|count| {
+            let entry = l.ring(count);
+            // Relaxed: as a snapshot's first entry load (`read_after_head`):
+            // the segment word's Acquire shows the window's entries laid,
+            // and the entry word is checked again after the cell.
+            let word = self.entry(slot, edge, entry).load(Ordering::Relaxed);
+            word.decode()
+                .filter(|e| e.count == count && e.index == segment)
+                .map(|_| (entry, word))
+        });
+        let Some((entry, word)) = found else {
+            return false;
+        };
+        // Acquire: pairs with the writer's Release CAS (the value comes with
+        // the head as new as its request) and with `start_segment`'s Release
+        // relay (a relaid cell comes with its new entry word).
+        let cell = self.cell(slot, edge, entry, event).load(Ordering::Acquire);
+        // Relaxed: kept after the Acquire cell load; an entry relaid for a
+        // newer segment meanwhile no longer holds this one.
+        if self.entry(slot, edge, entry).load(Ordering::Relaxed) != word {
+            return false;
+        }
+        // Acquire: a value of a later request of the slot (read above, its
+        // CAS Release after that request's `begin`) comes with that
+        // request's head, so the check fails rather than answer for it.
+        cell.is_value()
+            && self
+                .head(slot)
+                .load(Ordering::Acquire)
+                .shows_open(generation)
+    }
+
     /// The owner identity (pid, process start time) stored by `begin`.
     pub(crate) fn owner(&self, slot: u32) -> Owner {
         let l = self.layout;

@@ -15,9 +15,10 @@ use crate::clock::{self, Clock, CounterScale};
 use crate::mark::{Edge, EdgeIndex};
 use crate::outcome::Outcome;
 use crate::process;
-use crate::protocol::{Both, Closed, Discard, Occupant, Proto, RingWrite, Tally};
+use crate::protocol::{Both, Closed, Discard, Occupant, Proto, ReadInto, RingWrite, Tally};
 use crate::region::{self, AttachError, Header, Storage};
 use crate::report::PidsUnjudged;
+use crate::schema::EventId;
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::{RegionId, Token};
 use crate::trace::{SlotTrace, TraceContext};
@@ -307,6 +308,51 @@ impl Inner {
     }
 }
 
+impl Live<'_> {
+    /// The one close of a request, which [`Recorder::close`] and
+    /// [`Recorder::expire_open`] share: seals the request, hands its final
+    /// values to `into` (as a snapshot's read would), to a tally for the
+    /// histograms and to the next entry of the ring of closed requests,
+    /// and, in the close that freed the slot, adds them to the histograms
+    /// and counts the request.
+    ///
+    /// `Ok` as [`Proto::close`] says; `Err(Busy)` when another live
+    /// control operation held the request for the whole bounded wait,
+    /// `Err(Faulted)` when the mapping lost a page before the close
+    /// finished (what it read may be zeros: nothing is counted), another
+    /// `Err` when the request is not open.
+    fn close_into(&self, req: Occupant, into: &mut impl ReadInto) -> Result<Closed, Outcome> {
+        let Live { inner, proto } = *self;
+        let mut tally = Tally::default();
+        let now = inner.now();
+        let mut ring = RingWrite::new(proto, req.slot, req.generation, |origin| {
+            inner.micros_between(origin, now)
+        });
+        let closed = proto.close(
+            req,
+            holder(),
+            &inner.holder_alive(),
+            &mut Both(into, &mut Both(&mut tally, &mut ring)),
+        );
+        ring.publish(matches!(closed, Ok(Closed::Freed)) && !inner.storage.faulted());
+        if inner.storage.faulted() {
+            return Err(Outcome::Faulted);
+        }
+        if closed == Ok(Closed::Freed) {
+            // Only the close that freed the slot counts the request, so
+            // each is counted once; a segment with a value no edgemark
+            // process writes is left out.
+            let words = proto.words;
+            proto.account_closed(
+                tally
+                    .segments()
+                    .filter(|(_, values)| !has_unknown(values, &inner.names, words)),
+            );
+        }
+        closed
+    }
+}
+
 impl Viewer {
     /// The protocol view, if this handle is enabled.
     #[inline]
@@ -530,52 +576,24 @@ impl Recorder {
     /// nothing changed; a process that attaches the region again can close
     /// the token.
     pub fn close(&self, token: Token) -> Snapshot {
-        let Some((Live { inner, proto }, req)) = self.live_for(token) else {
+        let Some((live, req)) = self.live_for(token) else {
             return Snapshot::gone();
         };
+        let Live { inner, proto } = live;
         if inner.storage.faulted() {
             return Snapshot::empty(RequestState::Faulted);
         }
         // The final values go straight into the snapshot returned, as a
-        // snapshot's read would put them, and into a tally for the
-        // histograms.
+        // snapshot's read would put them.
         let mut snap = Snapshot::empty(RequestState::Closed);
         let mut fill = inner.refill(&mut snap);
-        let mut tally = Tally::default();
-        // And into the next entry of the ring of closed requests, for the
-        // readers that send them on.
-        let now = inner.now();
-        let mut ring = RingWrite::new(proto, req.slot, req.generation, |origin| {
-            inner.micros_between(origin, now)
-        });
-        let closed = proto.close(
-            req,
-            holder(),
-            &inner.holder_alive(),
-            &mut Both(&mut fill, &mut Both(&mut tally, &mut ring)),
-        );
-        ring.publish(matches!(closed, Ok(Closed::Freed)) && !inner.storage.faulted());
-        if inner.storage.faulted() {
-            // Lost during the close: what it read may be zeros.
-            return Snapshot::empty(RequestState::Faulted);
-        }
-        match closed {
-            Ok(closed) => {
+        match live.close_into(req, &mut fill) {
+            Ok(_) => {
                 fill.finish(RequestState::Closed, proto.words);
-                if closed == Closed::Freed {
-                    // Only the close that freed the slot counts the request,
-                    // so each is counted once; a segment with a value no
-                    // edgemark process writes is left out.
-                    let words = proto.words;
-                    proto.account_closed(
-                        tally
-                            .segments()
-                            .filter(|(_, values)| !has_unknown(values, &inner.names, words)),
-                    );
-                }
                 snap
             }
             Err(Outcome::Busy) => Snapshot::empty(RequestState::Busy),
+            Err(Outcome::Faulted) => Snapshot::empty(RequestState::Faulted),
             Err(_) => Snapshot::gone(),
         }
     }
@@ -585,6 +603,20 @@ impl Recorder {
     #[inline]
     pub fn snapshot(&self, token: Token) -> Snapshot {
         self.view.snapshot(token)
+    }
+
+    /// Whether `event` of segment `segment` of `edge` is recorded for the
+    /// request, read after a full fence: the same as [`Viewer::recorded`]
+    /// of this recorder's viewer, which says when to call it.
+    #[inline]
+    pub fn recorded(
+        &self,
+        token: Token,
+        edge: impl Into<Edge>,
+        event: impl Into<EventId>,
+        segment: u32,
+    ) -> bool {
+        self.view.recorded(token, edge, event, segment)
     }
 }
 
@@ -602,5 +634,89 @@ impl Viewer {
         }
         fill.finish(RequestState::Open, proto.words);
         snap
+    }
+
+    /// Whether `event` of segment `segment` of `edge` is recorded for the
+    /// open request `token`: the read of a decision that two parties make
+    /// from each other's records, fenced so that they cannot both miss.
+    ///
+    /// The case it is for: party A records event X and then asks whether
+    /// event Y is in; party B records Y and then asks whether X is in;
+    /// whoever sees both closes the request. Read as a snapshot reads
+    /// (Acquire loads after the record's Release compare-and-swap), both
+    /// may miss the other's record on a weakly ordered CPU (Arm, POWER:
+    /// store buffering), and nobody closes. This call issues a
+    /// sequentially consistent fence before it reads, so when each party
+    /// calls it after its own record (a [`Recorder::record`] that returned
+    /// [`Outcome::Recorded`], or [`Outcome::Duplicate`] for a value
+    /// another writer got in first), at least one of them sees the
+    /// other's event. Both may see both: the close is idempotent. The
+    /// fence costs one full barrier (tens of cycles on x86), on this call
+    /// only: the record path is unchanged (`docs/design.md`, "A fenced
+    /// read for a close decision", says why that is enough).
+    ///
+    /// `false` for a token that names no open request (closed, reused, of
+    /// another region, disabled), an undeclared edge or an event the
+    /// schema lacks, a segment not started or no longer kept, and an event
+    /// not recorded yet. It never fails and never writes.
+    ///
+    /// ```
+    /// # use edgemark::{Edge, Event::*, Mark, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// let e01 = Edge::new(0, 1);
+    /// // The producer's send thread: its event, then a look at the consumer's.
+    /// rec.record(t, Mark::new(e01, EdgeFirstSendComplete));
+    /// assert!(!rec.recorded(t, e01, ConsumerFirstNonemptyOutput, 0));
+    /// // The consumer: its event, then a look at the producer's; it sees both
+    /// // and closes.
+    /// rec.record(t, Mark::new(e01, ConsumerFirstNonemptyOutput));
+    /// assert!(rec.recorded(t, e01, EdgeFirstSendComplete, 0));
+    /// rec.close(t);
+    /// assert!(!rec.recorded(t, e01, EdgeFirstSendComplete, 0), "closed");
+    /// ```
+    pub fn recorded(
+        &self,
+        token: Token,
+        edge: impl Into<Edge>,
+        event: impl Into<EventId>,
+        segment: u32,
+    ) -> bool {
+        self.cell_of(token, edge.into(), event.into())
+            .is_some_and(|(proto, req, edge, event)| proto.recorded(req, edge, segment, event))
+    }
+
+    /// [`Viewer::recorded`] without its fence, as a snapshot would read the
+    /// cell: only in the loom build, whose model m12b shows that two
+    /// parties can then both miss each other's record.
+    #[cfg(edgemark_loom)]
+    #[doc(hidden)]
+    pub fn recorded_unfenced(
+        &self,
+        token: Token,
+        edge: impl Into<Edge>,
+        event: impl Into<EventId>,
+        segment: u32,
+    ) -> bool {
+        self.cell_of(token, edge.into(), event.into())
+            .is_some_and(|(proto, req, edge, event)| proto.holds_value(req, edge, segment, event))
+    }
+
+    /// The protocol view, the request, and the indexes of `edge` and
+    /// `event` for a read of one cell: `None` when disabled, for a token
+    /// that cannot name a request of this region, an undeclared edge or an
+    /// event the schema lacks.
+    fn cell_of(
+        &self,
+        token: Token,
+        edge: Edge,
+        event: EventId,
+    ) -> Option<(Proto<'_>, Occupant, usize, usize)> {
+        let (Live { inner, proto }, req) = self.live_for(token)?;
+        if u32::from(event.0) >= inner.header.layout.events {
+            return None;
+        }
+        let edge = inner.edge(edge).ok()?;
+        Some((proto, req, edge, usize::from(event.0)))
     }
 }

@@ -1,11 +1,13 @@
 //! Reads of every slot: sweeps of the open requests, reclaims of dead
 //! owners, and the histograms of closed requests.
 
+use std::time::Duration;
+
 use super::{Live, Recorder, Viewer, holder};
 use crate::process;
-use crate::protocol::{Found, Reclaimed};
+use crate::protocol::{Closed, Discard, Found, Reclaimed};
 use crate::region::SweepError;
-use crate::report::{self, EdgeHistogram, Owner, ReclaimReport};
+use crate::report::{self, EdgeHistogram, ExpireReport, Owner, ReclaimReport};
 use crate::snapshot::{RequestState, Snapshot};
 use crate::token::Token;
 
@@ -310,6 +312,103 @@ impl Recorder {
                 None => {}
             },
         )?;
+        Ok(report)
+    }
+}
+
+impl Recorder {
+    /// Closes every open request that has been open for at least
+    /// `older_than`: a bound on how long a request can stay open, for the
+    /// requests whose closer died (killed, out of memory) or never saw
+    /// them, which would otherwise hold their slots for ever and fill the
+    /// region. Nothing calls it by itself: whoever begins requests (a
+    /// serving framework's plugin) calls it now and then, with a bound
+    /// well above the longest request it serves.
+    ///
+    /// A request's age is the time from its origin (the reading of the
+    /// region's clock at its begin) to a reading of the same clock taken
+    /// once, when the call starts; requests begun after that reading are
+    /// younger than any bound. Each expired request is closed through the
+    /// ordinary close ([`Recorder::close`]): idempotent, safe against any
+    /// close, reclaim or expiry racing it, its final values (the events it
+    /// lacks missing, null in its snapshot) in the histograms and in the
+    /// ring of closed requests for its readers, exactly as any close puts
+    /// them. The expiry whose close ended a request counts it in
+    /// [`Counters::requests_expired`](crate::report::Counters::requests_expired),
+    /// once however many processes expire at once; a request that another
+    /// close ended first is not counted as expired. A request whose slot
+    /// another live control operation holds for the whole bounded wait
+    /// (about a second) stays open for the next call.
+    ///
+    /// Requests whose age this process cannot judge are left open and
+    /// counted in [`ExpireReport::unjudged`]: all of them when this
+    /// process does not read the region's clock (it attached from another
+    /// boot or time namespace, or does not trust a counter region's
+    /// counter: see [`RegionInfo::shares_clock`](crate::report::RegionInfo::shares_clock)),
+    /// and, in a process that does, those begun by a process of another
+    /// time namespace, whose origin is on its own clock (a begin there
+    /// stores no process start time, which is how they are told).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use edgemark::{Edge, Event, Mark, RequestState, Recorder};
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin().unwrap();
+    /// rec.record(t, Mark::new(Edge::new(0, 1), Event::ProducerFirstNonemptyEmit));
+    /// // No request is an hour old.
+    /// assert_eq!(rec.expire_open(Duration::from_secs(3600))?.expired, 0);
+    /// // Every request open when the call starts is at least 0 s old.
+    /// assert_eq!(rec.expire_open(Duration::ZERO)?.expired, 1);
+    /// assert_eq!(rec.snapshot(t).state(), RequestState::Gone);
+    /// assert_eq!(rec.counters().requests_expired, 1);
+    /// assert_eq!(rec.counters().closed_requests, 1);
+    /// # Ok::<(), edgemark::SweepError>(())
+    /// ```
+    ///
+    /// Errors: what [`Viewer::check`] says before the sweep, or
+    /// [`SweepError::Shrunk`] if the file was found shrunk during it (what
+    /// was closed before stays closed). A disabled recorder expires
+    /// nothing.
+    ///
+    /// A recorder, not a [`Viewer`]: it closes requests. A viewer cannot
+    /// expire, as a type: this does not compile.
+    ///
+    /// ```compile_fail
+    /// # use edgemark::{Recorder, Viewer};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("r.region");
+    /// # let owner = Recorder::builder().edge(0, 1).create(&path)?;
+    /// let viewer = Viewer::attach(&path)?;
+    /// viewer.expire_open(std::time::Duration::ZERO);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn expire_open(&self, older_than: Duration) -> Result<ExpireReport, SweepError> {
+        let mut report = ExpireReport::default();
+        let Some(live) = self.live_for_sweep()? else {
+            return Ok(report);
+        };
+        let Live { inner, proto } = live;
+        let reads_clock = inner.clock.reads_clock();
+        let now = inner.now();
+        let bound_us = older_than.as_micros();
+        live.sweep(|found| {
+            let slot = found.req.slot;
+            // Relaxed owner and origin reads after the sweep's Acquire head
+            // load: this request's, or a later one's if the slot moved on,
+            // in which case the close below fails on the generation.
+            if !reads_clock || proto.owner(slot).start_ticks == 0 {
+                report.unjudged += 1;
+                return;
+            }
+            let origin = proto.origin(slot);
+            if origin > now || u128::from(inner.micros_between(origin, now)) < bound_us {
+                return;
+            }
+            if let Ok(Closed::Freed) = live.close_into(found.req, &mut Discard) {
+                proto.count_expired();
+                report.expired += 1;
+            }
+        })?;
         Ok(report)
     }
 }

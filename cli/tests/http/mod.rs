@@ -166,7 +166,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
 }
 
 /// Every metric family of a scrape, in the classic text format.
-pub const FAMILIES: [&str; 18] = [
+pub const FAMILIES: [&str; 19] = [
     "edgemark_region_ok",
     "edgemark_boundary_elapsed_seconds",
     "edgemark_delta_seconds",
@@ -174,6 +174,7 @@ pub const FAMILIES: [&str; 18] = [
     "edgemark_closed_given_up_total",
     "edgemark_closed_requests_total",
     "edgemark_reclaimed_requests_total",
+    "edgemark_requests_expired_total",
     "edgemark_dropped_segments_total",
     "edgemark_closed_lost_total",
     "edgemark_closed_acknowledged_total",

@@ -259,6 +259,44 @@ impl PyRegion {
             .is_some_and(|s| s.state() == RequestState::Open)
     }
 
+    /// Whether ``event`` of segment ``segment`` of the edge ``from_stage ->
+    /// to_stage`` is recorded for the open request ``token``, read after a
+    /// full memory fence: the read of a close decision two parties make
+    /// from each other's records. When party A records event X and then
+    /// asks whether Y is in, and party B records Y and then asks whether X
+    /// is in, at least one of them sees the other's event (without the
+    /// fence, on Arm, both could miss, and nobody would close); both may
+    /// see both, and ``close`` is idempotent.
+    ///
+    /// ``False`` for a closed, reused or foreign token, a value that is no
+    /// token, an undeclared edge, a segment not started or no longer kept,
+    /// an event not recorded yet, a disabled region: never raises for a
+    /// runtime condition. Raises as ``record`` does for arguments of the
+    /// wrong type (``TypeError``), a negative stage or segment or an event
+    /// the schema lacks (``ValueError``).
+    #[pyo3(
+        signature = (token, from_stage, to_stage, event, segment = Segment(Ok(0))),
+        text_signature = "($self, token, from_stage, to_stage, event, segment=0)"
+    )]
+    fn recorded(
+        &self,
+        token: &Bound<'_, PyAny>,
+        from_stage: Stage,
+        to_stage: Stage,
+        event: &Bound<'_, PyAny>,
+        segment: Segment,
+    ) -> PyResult<bool> {
+        let view = self.view();
+        if !view.is_enabled() {
+            return Ok(false);
+        }
+        let event = self.event_id(event)?;
+        let (Ok(from), Ok(to), Ok(segment)) = (from_stage.0, to_stage.0, segment.0) else {
+            return Ok(false);
+        };
+        Ok(token_arg(token).is_ok_and(|t| view.recorded(t, Edge::new(from, to), event, segment)))
+    }
+
     /// Whether the region records (it is not ``Region.disabled()``).
     #[getter]
     fn enabled(&self) -> bool {

@@ -1,7 +1,9 @@
-//! Reads of every slot: the open requests, their snapshots, and the
-//! reclaim of dead owners' slots.
+//! Reads of every slot: the open requests, their snapshots, the reclaim
+//! of dead owners' slots and the expiry of requests open too long.
 
-use pyo3::exceptions::PyPermissionError;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -42,16 +44,56 @@ impl PyRegion {
     /// ``live_owners_locked`` counts the requests of live owners, locked
     /// by a process that died inside ``start_segment``, that were freed.
     fn reclaim_dead_owners<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        if self.viewer.is_some() {
-            return Err(PyPermissionError::new_err(
-                "the region was attached read-only and this call writes it",
-            ));
-        }
+        self.writable()?;
         let rec = &self.rec;
         let r = py
             .detach(|| rec.reclaim_dead_owners())
             .map_err(sweep_error)?;
         // The core's encoding of its report.
         Ok(pythonize::pythonize(py, &r)?.cast_into::<PyDict>()?)
+    }
+
+    /// Closes every open request that has been open for at least
+    /// ``older_than_s`` seconds (a bound on how long a request can stay
+    /// open, for requests whose closer died or never saw them) and
+    /// returns how many this call closed. Each is closed as ``close``
+    /// closes: its final values reach ``drain_closed`` and the exporters,
+    /// the events it lacks ``None``; and counted once in
+    /// ``counters()["requests_expired"]``. Whoever begins requests calls
+    /// it now and then, with a bound well above the longest request;
+    /// nothing calls it by itself.
+    ///
+    /// Requests whose age this process cannot judge (it does not share the
+    /// region's clock, or they were begun from another time namespace) are
+    /// left open. ``ValueError`` for a negative or NaN bound (``inf``
+    /// closes nothing); ``PermissionError`` on a region attached
+    /// read-only; ``RegionShrunkError`` (or ``RegionNoSpaceError``) when
+    /// the sweep finds the file shrunk. The sweep runs without the GIL.
+    fn expire(&self, py: Python<'_>, older_than_s: f64) -> PyResult<u32> {
+        if older_than_s.is_nan() || older_than_s < 0.0 {
+            return Err(PyValueError::new_err(format!(
+                "older_than_s is a non-negative number of seconds, not {older_than_s}"
+            )));
+        }
+        self.writable()?;
+        // Beyond what a Duration holds (inf included): older than any
+        // request can be.
+        let bound = Duration::try_from_secs_f64(older_than_s).unwrap_or(Duration::MAX);
+        let rec = &self.rec;
+        let r = py.detach(|| rec.expire_open(bound)).map_err(sweep_error)?;
+        Ok(r.expired)
+    }
+}
+
+impl PyRegion {
+    /// `PermissionError` for a call that writes a region attached
+    /// read-only.
+    fn writable(&self) -> PyResult<()> {
+        if self.viewer.is_some() {
+            return Err(PyPermissionError::new_err(
+                "the region was attached read-only and this call writes it",
+            ));
+        }
+        Ok(())
     }
 }
