@@ -27,7 +27,7 @@ fn m13a_two_expirers_count_one_request_once() {
         rec.drain_closed(4, &mut out).unwrap();
         let taken: Vec<Option<(u64, Option<u64>)>> =
             out.iter().map(|r| view(r.snapshot()).producer(0)).collect();
-        (a, b, (c.requests_expired, c.closed_requests), taken)
+        (a, b, (c.expired_requests, c.closed_requests), taken)
     });
     assert_only(NAME, &seen, |(a, b, counts, taken)| {
         a + b == 1 && *counts == (1, 1) && *taken == [Some((1000, Some(1)))]
@@ -52,7 +52,7 @@ fn m13b_an_expiry_races_the_owners_close() {
         let state = rec.close(t).state();
         let n = expirer.join().unwrap();
         let c = rec.counters();
-        (state, n, (c.requests_expired, c.closed_requests))
+        (state, n, (c.expired_requests, c.closed_requests))
     });
     assert_only(NAME, &seen, |(state, n, counts)| match state {
         RequestState::Closed => *n == 0 && *counts == (0, 1),

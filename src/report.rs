@@ -32,7 +32,7 @@
 //!  "closed_ring": {"entries": 64, "entry_bytes": 512},
 //!  "refused": {"stale_segment": 0, "...": 0},
 //!  "dropped_segments": 0, "closed_requests": 12, "reclaimed_requests": 0,
-//!  "requests_expired": 1, "closed_lost": 0, "closed_acknowledged": 9,
+//!  "expired_requests": 1, "closed_lost": 0, "closed_acknowledged": 9,
 //!  "closed_given_up": {"queue_full": 0, "retries_exhausted": 1, "refused": 0},
 //!  "closed_overwritten_taken": 0, "closed_settled_overwritten": 0,
 //!  "bad_trace_contexts": 0,
@@ -361,7 +361,7 @@ pub struct ReclaimReport {
 #[non_exhaustive]
 pub struct ExpireReport {
     /// Requests this call closed (and counted in
-    /// [`Counters::requests_expired`]): open for at least the bound, and
+    /// [`Counters::expired_requests`]): open for at least the bound, and
     /// closed by this call rather than by another close that got there
     /// first.
     pub expired: u32,
@@ -402,7 +402,7 @@ pub struct Counters {
     /// they stayed open longer than its bound; each counted once, by the
     /// expiry whose close ended it. They are closed as any request is, so
     /// [`Counters::closed_requests`] counts them too.
-    pub requests_expired: u64,
+    pub expired_requests: u64,
     /// Closed requests that left the ring of closed requests before a
     /// reader took them whole: overwritten unread (no reader took them
     /// within a ring of later closes), torn, or given up unwritten (their
@@ -595,13 +595,13 @@ pub const METRICS: &[Metric] = &[
         read: Read::Counters(|c| MetricValue::One(c.reclaimed_requests)),
     },
     Metric {
-        key: "requests_expired",
-        prometheus: "edgemark_requests_expired",
+        key: "expired_requests",
+        prometheus: "edgemark_expired_requests",
         help: "Requests closed by an expiry because they stayed open longer than its bound (their \
                closer died or never saw them); counted in the closed requests too",
         kind: MetricKind::Counter,
         label: None,
-        read: Read::Counters(|c| MetricValue::One(c.requests_expired)),
+        read: Read::Counters(|c| MetricValue::One(c.expired_requests)),
     },
     Metric {
         key: "closed_lost",
@@ -814,7 +814,7 @@ pub(crate) fn counters(w: &[AtomicU64]) -> Counters {
         dropped_segments: w[H_DROPPED].load(Ordering::Relaxed),
         closed_requests: w[H_CLOSED].load(Ordering::Relaxed),
         reclaimed_requests: w[H_RECLAIMED].load(Ordering::Relaxed),
-        requests_expired: w[H_EXPIRED].load(Ordering::Relaxed),
+        expired_requests: w[H_EXPIRED].load(Ordering::Relaxed),
         // Relaxed: a counter, as the others.
         closed_lost: w[H_RING_LOST].load(Ordering::Relaxed),
         closed_acknowledged: w[H_RING_ACKED].load(Ordering::Relaxed),
@@ -878,7 +878,7 @@ mod tests {
             dropped_segments: 1,
             closed_requests: 2,
             reclaimed_requests: 3,
-            requests_expired: 12,
+            expired_requests: 12,
             closed_lost: 4,
             closed_acknowledged: 5,
             closed_given_up: GivenUp {

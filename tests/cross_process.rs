@@ -264,7 +264,7 @@ fn a_killed_workers_requests_expire_through_the_ordinary_close() {
         assert_eq!(p.rec.snapshot(*t).state(), RequestState::Gone);
     }
     let c = p.rec.counters();
-    assert_eq!((c.requests_expired, c.closed_requests), (2, 2));
+    assert_eq!((c.expired_requests, c.closed_requests), (2, 2));
     // The closed requests reach a reader as any close hands them over: the
     // worker's value kept, the events it never got null.
     let mut out = Vec::new();

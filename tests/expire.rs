@@ -63,7 +63,7 @@ fn requests_open_for_the_bound_are_closed_drained_with_missing_events_null_and_c
     let r = rec.expire_open(HOUR).unwrap();
     assert_eq!((r.expired, r.unjudged), (0, 0));
     assert_eq!(rec.open_requests().unwrap().len(), 2);
-    assert_eq!(rec.counters().requests_expired, 0);
+    assert_eq!(rec.counters().expired_requests, 0);
     let seen = rec.snapshot(busy);
 
     // Every request open when the call starts is at least 0 s old.
@@ -105,7 +105,7 @@ fn requests_open_for_the_bound_are_closed_drained_with_missing_events_null_and_c
     // Counted as expired, and as closed (with their values in the
     // histograms) as every close counts.
     let c = rec.counters();
-    assert_eq!((c.requests_expired, c.closed_requests), (2, 2));
+    assert_eq!((c.expired_requests, c.closed_requests), (2, 2));
     let emitted = rec
         .histograms()
         .unwrap()
@@ -114,7 +114,7 @@ fn requests_open_for_the_bound_are_closed_drained_with_missing_events_null_and_c
         .unwrap();
     assert_eq!(emitted.histogram.count, 1);
     let report = serde_json::to_value(rec.report().unwrap().unwrap()).unwrap();
-    assert_eq!(report["requests_expired"], 2);
+    assert_eq!(report["expired_requests"], 2);
     // The slots are free for new requests.
     assert!(rec.begin().is_ok());
 }
@@ -145,7 +145,7 @@ fn a_request_younger_than_the_bound_stays_open() {
         std::thread::sleep(BOUND);
         assert_eq!(rec.expire_open(BOUND).unwrap().expired, 1);
         assert_eq!(rec.snapshot(young).state(), RequestState::Gone);
-        assert_eq!(rec.counters().requests_expired, 2);
+        assert_eq!(rec.counters().expired_requests, 2);
         break;
     }
 }
@@ -175,7 +175,7 @@ fn requests_whose_origin_is_on_another_clock_are_left_alone() {
     assert_eq!((r.expired, r.unjudged), (1, 1));
     assert_eq!(rec.snapshot(mine).state(), RequestState::Gone);
     assert_eq!(rec.snapshot(theirs).state(), RequestState::Open);
-    assert_eq!(rec.counters().requests_expired, 1);
+    assert_eq!(rec.counters().expired_requests, 1);
 }
 
 #[test]
@@ -231,7 +231,7 @@ fn expirers_and_closers_racing_end_and_count_each_request_once() {
         assert!(rec.open_requests().unwrap().is_empty());
     }
     let c = rec.counters();
-    assert_eq!(c.requests_expired, expired);
+    assert_eq!(c.expired_requests, expired);
     assert_eq!(c.closed_requests, ROUNDS * N as u64);
     assert_eq!(expired + closed_by_close, ROUNDS * N as u64);
 }
@@ -313,7 +313,7 @@ fn two_expirer_processes_never_count_one_request_twice() {
         expired += n;
     }
     assert_eq!(expired, N as u64, "each request expired by exactly one");
-    assert_eq!(rec.counters().requests_expired, N as u64);
+    assert_eq!(rec.counters().expired_requests, N as u64);
     assert_eq!(rec.counters().closed_requests, N as u64);
     let drained: HashSet<Token> = drain_all(&rec).iter().map(ClosedRequest::token).collect();
     assert_eq!(drained, tokens, "each reached the readers once");
@@ -327,5 +327,5 @@ fn a_read_only_attach_sees_the_counter() {
     rec.begin().unwrap();
     rec.expire_open(Duration::ZERO).unwrap();
     let viewer = Viewer::attach(&path).unwrap();
-    assert_eq!(viewer.counters().requests_expired, 1);
+    assert_eq!(viewer.counters().expired_requests, 1);
 }

@@ -292,7 +292,7 @@ class Region:
     def expire(self, older_than_s: float) -> int:
         """Closes every request open for at least ``older_than_s`` seconds,
         as ``close`` closes it (its final values reach ``drain_closed``),
-        counts each in ``counters()["requests_expired"]``, and returns how
+        counts each in ``counters()["expired_requests"]``, and returns how
         many this call closed; requests whose age this process cannot
         judge are left open. ``ValueError`` for a negative or NaN bound,
         ``PermissionError`` on a read-only attach."""

@@ -18,7 +18,7 @@ begins in it (``Owner``).
 - **A bound on open requests.** An API server runs one daemon thread
   (``Recording.tick`` every ``TICK_S``) that closes every request of the
   region open longer than ``<PREFIX>_MAX_OPEN_S`` (``Region.expire``,
-  counted in the region as ``requests_expired``), whichever process began
+  counted in the region as ``expired_requests``), whichever process began
   it and whatever happened to the processes that would have closed it.
   The same thread closes requests whose state was dropped (finalizers only
   queue), forgets requests others closed, notices a region file removed or
@@ -530,10 +530,7 @@ class Owner:
                 self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", self.writer.path)
             except OSError as e:
                 self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed: %s", self.writer.path, e)
-        expired = 0
-        expire = getattr(self.region, "expire", None)
-        if expire is not None:
-            expired = expire(max_open_s)
+        expired = self.region.expire(max_open_s)
         self.forget_closed()
         return expired
 
@@ -690,7 +687,7 @@ class Recording:
             region = self._region
             if self.host_hold is None or region is None:
                 return
-            expired = region.expire(self.max_open_s) if hasattr(region, "expire") else 0
+            expired = region.expire(self.max_open_s)
         else:
             expired = owner.tick(self.max_open_s)
         if expired:

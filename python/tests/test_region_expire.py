@@ -1,6 +1,6 @@
 """``Region.expire``: requests open longer than a bound are closed as
 ``close`` closes them (their final values reach ``drain_closed``, the
-events they lack ``None``) and counted once in ``requests_expired``;
+events they lack ``None``) and counted once in ``expired_requests``;
 younger requests stay open. And ``Region.recorded``, the fenced read of one
 event that a close decision made by two parties needs."""
 
@@ -49,7 +49,7 @@ def test_requests_open_for_the_bound_are_closed_drained_with_missing_events_none
     # No request is an hour old.
     assert region.expire(HOUR) == 0
     assert region.is_open(busy) and region.is_open(idle)
-    assert region.counters()["requests_expired"] == 0
+    assert region.counters()["expired_requests"] == 0
 
     # Every request open when the call starts is at least 0 s old.
     assert region.expire(0) == 2
@@ -75,9 +75,9 @@ def test_requests_open_for_the_bound_are_closed_drained_with_missing_events_none
     assert closed[str(idle)]["snapshot"] == {}
 
     counters = region.counters()
-    assert counters["requests_expired"] == 2
+    assert counters["expired_requests"] == 2
     assert counters["closed_requests"] == 2
-    assert region.report()["requests_expired"] == 2
+    assert region.report()["expired_requests"] == 2
 
 
 def test_a_request_younger_than_the_bound_stays_open(tmp_path):
@@ -102,7 +102,7 @@ def test_a_request_younger_than_the_bound_stays_open(tmp_path):
         time.sleep(bound)
         assert region.expire(bound) == 1
         assert not region.is_open(young)
-        assert region.counters()["requests_expired"] == 2
+        assert region.counters()["expired_requests"] == 2
         return
     pytest.fail("the machine never ran the test in time")
 
@@ -135,7 +135,7 @@ def test_requests_of_a_killed_process_expire(tmp_path):
     assert e01["first_chunk_seq"] == 1
     assert e01["producer_first_nonempty_emit_ms"] is not None
     assert e01["edge_first_send_complete_ms"] is None
-    assert region.counters()["requests_expired"] == 3
+    assert region.counters()["expired_requests"] == 3
 
 
 @pytest.mark.parametrize("bad", [-1.0, -1e-9, math.nan, -math.inf])
@@ -164,13 +164,13 @@ def test_a_read_only_attach_may_not_expire_but_sees_the_counter(tmp_path):
     with pytest.raises(PermissionError):
         viewer.expire(0)
     assert region.expire(0) == 1
-    assert viewer.counters()["requests_expired"] == 1
+    assert viewer.counters()["expired_requests"] == 1
     assert viewer.info() is not None
 
 
 def test_a_disabled_region_expires_nothing():
     assert Region.disabled().expire(0) == 0
-    assert Region.disabled().counters()["requests_expired"] == 0
+    assert Region.disabled().counters()["expired_requests"] == 0
 
 
 def test_recorded_says_whether_the_event_is_in(tmp_path):

@@ -25,7 +25,7 @@ killer does it, and started again in new namespaces.
 
 - the decode instance SIGKILLed while it decodes some requests and others
   wait for it: every request it left open closes within the bound (counted
-  in ``requests_expired``); after its restart, 4 x 8 requests all record all
+  in ``expired_requests``); after its restart, 4 x 8 requests all record all
   four events, no begin is refused (``refused.region_full`` 0), and no
   request stays open;
 - the named region outlives whichever server stops first and is removed
@@ -664,7 +664,7 @@ class TestLeaks:
             at = events_of(reader.closed[t])
             assert at["producer_first_nonempty_emit"] is not None, (t, at)
         counters = reader.read()["counters"]
-        assert counters.get("requests_expired", 0) >= len(left_open), (left_open, counters)
+        assert counters.get("expired_requests", 0) >= len(left_open), (left_open, counters)
 
         # The restarted instance, then four times the region's slots.
         pair.decode.wait_ready(PATIENCE_S)

@@ -334,7 +334,7 @@ impl Recorder {
     /// lacks missing, null in its snapshot) in the histograms and in the
     /// ring of closed requests for its readers, exactly as any close puts
     /// them. The expiry whose close ended a request counts it in
-    /// [`Counters::requests_expired`](crate::report::Counters::requests_expired),
+    /// [`Counters::expired_requests`](crate::report::Counters::expired_requests),
     /// once however many processes expire at once; a request that another
     /// close ended first is not counted as expired. A request whose slot
     /// another live control operation holds for the whole bounded wait
@@ -360,7 +360,7 @@ impl Recorder {
     /// // Every request open when the call starts is at least 0 s old.
     /// assert_eq!(rec.expire_open(Duration::ZERO)?.expired, 1);
     /// assert_eq!(rec.snapshot(t).state(), RequestState::Gone);
-    /// assert_eq!(rec.counters().requests_expired, 1);
+    /// assert_eq!(rec.counters().expired_requests, 1);
     /// assert_eq!(rec.counters().closed_requests, 1);
     /// # Ok::<(), edgemark::SweepError>(())
     /// ```

@@ -174,7 +174,7 @@ pub const FAMILIES: [&str; 19] = [
     "edgemark_closed_given_up_total",
     "edgemark_closed_requests_total",
     "edgemark_reclaimed_requests_total",
-    "edgemark_requests_expired_total",
+    "edgemark_expired_requests_total",
     "edgemark_dropped_segments_total",
     "edgemark_closed_lost_total",
     "edgemark_closed_acknowledged_total",

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Set
 
-from .. import EVENT_NAMES, _lifecycle
+from .. import _lifecycle
 from .._edgemark import Token
 from .._lifecycle import ACCEPT, EMIT, OUTPUT, SEND, Once, Owner
 
@@ -54,14 +54,13 @@ ENV_REGION = SPEC.env_region
 ENV_SLOTS = SPEC.env_slots
 #: Every request is closed at most this many seconds after it began
 #: (default 600), whatever happened to the processes that would close it;
-#: counted as ``requests_expired``.
+#: counted as ``expired_requests``.
 ENV_MAX_OPEN = SPEC.env_max_open
 
 PREFIX = SPEC.file_prefix
 #: The edge: the prefill instance is stage 0, the decode instance stage 1.
 PREFILL, DECODE = 0, 1
 EDGES = [(PREFILL, DECODE)]
-_SEGMENT = f"{PREFILL}->{DECODE}:0"
 MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
 #: Requests a scheduler or worker process remembers.
 CACHE = 4096
@@ -295,14 +294,10 @@ class Recording(_lifecycle.Recording):
         region = self._region if self.owner is None else self.owner.region
         if region is None or pd.token is None:
             return False
-        recorded = getattr(region, "recorded", None)
-        if recorded is not None:
-            # Fenced: a record by this process, then this read, against the
-            # other side's record then read (the close decision; see
-            # docs/design.md, "Who closes").
-            return bool(recorded(pd.token, PREFILL, DECODE, event))
-        seg = region.snapshot(pd.token).get(_SEGMENT) or {}
-        return seg.get(EVENT_NAMES[event] + "_ms") is not None
+        # Fenced: this process's record, then this read, against the other
+        # side's record, then its read: at least one side sees both and
+        # closes (docs/vllm.md, "Who closes").
+        return region.recorded(pd.token, PREFILL, DECODE, event)
 
     def close(self, pd: PD) -> None:
         """Closes ``pd``'s request (idempotent; a token already closed, by

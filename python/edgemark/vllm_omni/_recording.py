@@ -37,7 +37,7 @@ ENV_REGION = SPEC.env_region
 ENV_SLOTS = SPEC.env_slots
 #: Every request is closed at most this many seconds after it began
 #: (default 600), whatever happened to the processes that would close it;
-#: counted as ``requests_expired``.
+#: counted as ``expired_requests``.
 ENV_MAX_OPEN = SPEC.env_max_open
 #: Set to ``1`` for one INFO line per closed request in the API server's
 #: log: its request ID, its trace ID, and its final ``stream_edge_metrics``

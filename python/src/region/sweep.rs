@@ -59,7 +59,7 @@ impl PyRegion {
     /// returns how many this call closed. Each is closed as ``close``
     /// closes: its final values reach ``drain_closed`` and the exporters,
     /// the events it lacks ``None``; and counted once in
-    /// ``counters()["requests_expired"]``. Whoever begins requests calls
+    /// ``counters()["expired_requests"]``. Whoever begins requests calls
     /// it now and then, with a bound well above the longest request;
     /// nothing calls it by itself.
     ///
