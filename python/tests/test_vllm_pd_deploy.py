@@ -21,7 +21,7 @@ killer does it, and started again in new namespaces.
 - SIGTERM to each PID 1 ends its container and leaves no region behind.
 
 ``TestLeaks``, one pair sharing one named region (``EDGEMARK_VLLM_REGION``),
-8 slots, ``EDGEMARK_VLLM_MAX_OPEN_S`` = 30:
+8 slots, ``EDGEMARK_VLLM_MAX_OPEN_S`` = 60:
 
 - the decode instance SIGKILLed while it decodes some requests and others
   wait for it: every request it left open closes within the bound (counted
@@ -78,9 +78,12 @@ LEASE_S = 120
 STOP_S = 120.0
 #: The leak pair: its region's slots, the bound on open requests, and what
 #: the bound may be late by on a loaded 2-core machine (the plugin checks
-#: every few seconds).
+#: every few seconds). The bound is above the slowest hand-off seen here (a
+#: new pair's first one took over 30 s on the loaded machine, and 30 s
+#: closed it early); the wait for it runs while the killed instance starts
+#: again, which takes longer.
 SLOTS = 8
-MAX_OPEN_S = 30
+MAX_OPEN_S = 60
 EXPIRE_SLACK_S = 30.0
 #: The leak pair's prefill lease: far longer than the bound, so that a
 #: request the killed decode instance left open is closed by the bound, not
