@@ -34,6 +34,7 @@ __all__ = [
     "monotonic_ns",
     "elapsed_between",
     "span_plan",
+    "_cli_main",
     "HOST_MONOTONIC",
     "MAX_ELAPSED_MS",
     "MAX_CHUNK_SEQ",
