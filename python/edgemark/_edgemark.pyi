@@ -34,6 +34,7 @@ __all__ = [
     "monotonic_ns",
     "elapsed_between",
     "span_plan",
+    "_cli_main",
     "HOST_MONOTONIC",
     "MAX_ELAPSED_MS",
     "MAX_CHUNK_SEQ",
@@ -45,6 +46,11 @@ __all__ = [
 
 def default_dir() -> str:
     """``/dev/shm`` where it exists, else the system's temporary directory."""
+
+def _cli_main(argv: Sequence[str], command: Sequence[str]) -> int:
+    """Runs the ``edgemark`` command line ``argv`` (the first item is the
+    program's name) and returns its exit status; ``command`` starts the
+    command again (the demo's stage workers)."""
 
 def monotonic_ns() -> int:
     """``CLOCK_MONOTONIC`` now, in nanoseconds: the shared clock ``record`` reads."""

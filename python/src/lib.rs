@@ -10,6 +10,9 @@
 //! `edgemark.stream_edge` is the drop-in for the upstream stream-edge
 //! module.
 //!
+//! `_cli_main` runs the `edgemark` command (the `edgemark-cli` crate's
+//! library) for the package's console script and `python -m edgemark`.
+//!
 //! The binding keeps the core's contract (fail open, as `edgemark::Outcome`
 //! states it): runtime conditions are outcomes, never exceptions. Only
 //! programmer and configuration errors raise, and they raise where they are
@@ -30,6 +33,8 @@ mod snapshot;
 mod span_plan;
 mod stream_edge;
 mod token;
+
+use std::ffi::OsString;
 
 use edgemark::schema::{DomainId, HOST_MONOTONIC};
 use edgemark::snapshot::Observed;
@@ -119,6 +124,17 @@ fn observed(
     }))
 }
 
+/// Runs the ``edgemark`` command line ``argv`` (the first item is the
+/// program's name) and returns its exit status: the command compiled into
+/// this module, so that the wheel's ``edgemark`` console script needs no
+/// separate binary. ``command`` is how to start the command again (the
+/// demo's stage workers): the interpreter, ``-m``, ``edgemark``. Runs
+/// without the GIL, until the command ends.
+#[pyfunction]
+fn _cli_main(py: Python<'_>, argv: Vec<OsString>, command: Vec<OsString>) -> i32 {
+    py.detach(|| edgemark_cli::run_as(argv, command))
+}
+
 /// Every outcome of the core, in its declaration order, as ``(name,
 /// is_success)``: ``edgemark.Outcome`` is made from it at import.
 fn outcome_table(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
@@ -145,6 +161,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;
     m.add_function(wrap_pyfunction!(elapsed_between, m)?)?;
     m.add_function(wrap_pyfunction!(span_plan::span_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(_cli_main, m)?)?;
     m.add("HOST_MONOTONIC", HOST_MONOTONIC)?;
     m.add("MAX_ELAPSED_MS", edgemark::limits::MAX_ELAPSED_MS)?;
     m.add("MAX_CHUNK_SEQ", edgemark::limits::MAX_CHUNK_SEQ)?;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -93,14 +93,14 @@ pub(crate) fn run(opts: &DemoOptions, json: Option<std::fs::File>) -> Result<Dem
         }
     );
 
-    let exe = std::env::current_exe().context("cannot find the edgemark executable")?;
     let (tx, rx) = mpsc::channel::<Report>();
     let mut workers = Workers {
         children: Vec::new(),
         stdins: Vec::new(),
     };
     for stage in 0..STAGES {
-        let mut child = Command::new(&exe)
+        let mut child = crate::self_command()
+            .context("cannot find the edgemark executable")?
             .arg("stage-worker")
             .arg("--stage")
             .arg(stage.to_string())
