@@ -234,6 +234,21 @@ class Writer:
             except OSError:
                 pass
 
+    def mark(self, name: str) -> None:
+        """Leaves an empty marker file ``name`` (a dot name, never an
+        entry's) in the directory."""
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self._fd)
+        os.close(fd)
+
+    def marked(self, name: str) -> bool:
+        """Whether the marker ``name`` is there, a regular file this user
+        owns."""
+        try:
+            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
     def unlinked(self) -> bool:
         """Whether the directory this writer opened was removed (another
         process removed it: entries written now are lost)."""

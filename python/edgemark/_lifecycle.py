@@ -63,6 +63,8 @@ TICK_S = 2.0
 #: How often a process that attached a region checks that its path still
 #: names the file it mapped.
 CHECK_S = 5.0
+#: The marker a server that made a region leaves in its lookup.
+MADE_BY_SERVER = ".made-by-server"
 #: The bound on how long a request stays open, unless the plugin's
 #: ``<PREFIX>_MAX_OPEN_S`` says otherwise.
 MAX_OPEN_S = 600.0
@@ -376,8 +378,15 @@ class Owner:
                 e,
             )
         # The last server out removes a region a server made (never one the
-        # user made beforehand, `edgemark create`), and its lookup.
-        self._remove = self.created or plugin_named
+        # user made beforehand, `edgemark create`), and its lookup. A server
+        # that made it says so in the lookup (MADE_BY_SERVER), for the one
+        # that attached it and may be the last out.
+        self._plugin_named = plugin_named
+        if self.created and self.writer is not None:
+            try:
+                self.writer.mark(MADE_BY_SERVER)
+            except OSError:
+                pass
         self._released = False
         self._lookup_released = False
         atexit.register(self.release)
@@ -399,13 +408,21 @@ class Owner:
         if self._released:
             return
         self._released = True
+        writer = self.writer
+        made_by_server = (
+            self.created
+            or self._plugin_named
+            or (writer is not None and not self._lookup_released and writer.marked(MADE_BY_SERVER))
+        )
         self.release_lookup()
-        if self.hold.release(remove=self._remove) and self.writer is not None:
+        if self.hold.release(remove=made_by_server) and writer is not None:
             # Nobody holds the region any more: its lookup goes with it.
-            try:
-                os.rmdir(_channel.lookup_dir(self.path))
-            except OSError:
-                pass
+            lookup = _channel.lookup_dir(self.path)
+            for remove, target in ((os.unlink, os.path.join(lookup, MADE_BY_SERVER)), (os.rmdir, lookup)):
+                try:
+                    remove(target)
+                except OSError:
+                    pass
 
     @property
     def released(self) -> bool:
