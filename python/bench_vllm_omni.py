@@ -273,10 +273,11 @@ def main() -> None:
 
     os.environ.setdefault("EDGEMARK_VLLM_OMNI_REGION", os.path.join(tempfile.mkdtemp(), "bench.region"))
     from edgemark import _channel, vllm_omni
+    from edgemark.vllm_omni import _recording
 
     vllm_omni.instrument() or sys.exit("the plugin did not instrument this vllm-omni")
     rec = vllm_omni.instrumentor.recording
-    owner = rec.ensure_owner(2, 16)
+    owner = rec.ensure_owner(_recording.edges(2), 16)
     if owner is None:
         sys.exit("no region")
     rid_a, rid_m = "bench-adapter", "bench-mixin"
