@@ -63,6 +63,8 @@ TICK_S = 2.0
 #: How often a process that attached a region checks that its path still
 #: names the file it mapped.
 CHECK_S = 5.0
+#: The fewest closed requests a plugin's region keeps for its exporter.
+MIN_CLOSED_ENTRIES = 1024
 #: The marker a server that made a region leaves in its lookup.
 MADE_BY_SERVER = ".made-by-server"
 #: The bound on how long a request stays open, unless the plugin's
@@ -292,6 +294,15 @@ class Hold:
         return removed
 
 
+def closed_entries(slots: int) -> int:
+    """The closed requests a plugin's region keeps for its exporter: the
+    slot count (the core's default) but never fewer than
+    ``MIN_CLOSED_ENTRIES``, so that a small region (a test's, a user's
+    ``_SLOTS``) does not lose closes to an exporter that polls once a
+    second; at most 4096."""
+    return max(min(slots, 4096), MIN_CLOSED_ENTRIES)
+
+
 def create_or_attach(
     path: str, edges: Iterable[Tuple[int, int]], slots: int, trusted: bool, wait: float = ATTACH_WAIT_S
 ) -> Tuple[Region, Hold, bool]:
@@ -302,7 +313,8 @@ def create_or_attach(
     the hold (a ``clean`` that judged it stale) is made again."""
     for _ in range(3):
         try:
-            region, created = Region.create(path, edges=list(edges), slots=slots), True
+            region = Region.create(path, edges=list(edges), slots=slots, closed_entries=closed_entries(slots))
+            created = True
         except FileExistsError:
             if not trusted:
                 raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
