@@ -34,7 +34,8 @@ def test_version_and_statuses():
 
 def test_the_console_script_is_the_same_command():
     script = os.path.join(os.path.dirname(sys.executable), "edgemark")
-    if not os.path.exists(script):
+    if not os.path.exists(script) and os.environ.get("CI") != "true":
+        # An in-place build; CI installs the package, and must find it.
         pytest.skip("no console script beside this interpreter")
     o = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
     assert o.returncode == 0 and o.stdout == f"edgemark {edgemark.__version__}\n", o
