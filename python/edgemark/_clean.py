@@ -4,7 +4,7 @@ request lookups, that no running server holds any more (servers killed
 with SIGKILL, by the OOM killer, or with their container).
 
 A region is live while some process holds a lock on its file
-(``_lifecycle.Hold``: every API server holds one for its life, and the
+(``_region_file.Hold``: every API server holds one for its life, and the
 kernel drops it when the process dies, whatever its PID namespace). So a
 region is judged by taking that lock exclusively, without waiting: taken,
 nobody uses the file and it is removed while the lock is held (a server

@@ -1,7 +1,10 @@
 """The lifecycle both serving-framework plugins (``edgemark.vllm``,
-``edgemark.vllm_omni``) share, written once: how a host's region is named,
-made, held, found, watched and given up, and the requests an API server
-begins in it (``Owner``).
+``edgemark.vllm_omni``) share, written once: a process's recording state
+(``Recording``): its region's name, the region it records into (the API
+server's ``Owner``, or attached by path), the periodic duties of its tick
+thread, and the plugin's variables. The region file's own life (made, held,
+given up) is ``_region_file``'s, the log lines ``_said``'s; both are
+importable from here too.
 
 - **Names.** A region the user did not name is named for this server start:
   ``<default dir>/<prefix><pid>-<16 random hex>.region``. The pid is there
@@ -10,11 +13,6 @@ begins in it (``Owner``).
   process that loads the plugin names it and exports the name; the
   processes it starts (API servers, engine cores, workers) inherit it, so
   every API server of one launcher creates or attaches the same region.
-- **Liveness without pids.** Every API server holds ``flock(LOCK_SH)`` on
-  the region file for its life; the kernel drops it when the process dies,
-  in any PID namespace. A region nobody holds is stale: ``clean`` removes
-  it, and a server that exits removes a region only when nobody else holds
-  it (``Hold``).
 - **A bound on open requests.** An API server runs one daemon thread
   (``Recording.tick`` every ``TICK_S``) that closes every request of the
   region open longer than ``<PREFIX>_MAX_OPEN_S`` (``Region.expire``,
@@ -24,30 +22,34 @@ begins in it (``Owner``).
   queue), forgets requests others closed, notices a region file removed or
   replaced under the server (and makes a new one), and repeats the warning
   while the region stays full.
-- **Saying so.** A condition that stops recording is said each time it
-  starts again, at most once per ``SAY_AGAIN_S`` while it lasts
-  (``Said``), never once per process lifetime.
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
-import errno
-import fcntl
-import json
 import logging
 import os
 import secrets
-import stat
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from . import Event, _channel
 from ._edgemark import Region, Token, default_dir
+from ._region_file import (
+    ATTACH_WAIT_S,
+    MADE_BY_SERVER,
+    MIN_CLOSED_ENTRIES,
+    Hold,
+    Owner,
+    attach,
+    closed_entries,
+    create_or_attach,
+    file_identity,
+    own_regular_file,
+)
+from ._said import SAY_AGAIN_S, Once, Said, say
 
 # The event numbers, from the core's table.
 EMIT = int(Event.PRODUCER_FIRST_NONEMPTY_EMIT)
@@ -55,25 +57,15 @@ SEND = int(Event.EDGE_FIRST_SEND_COMPLETE)
 ACCEPT = int(Event.CONSUMER_FIRST_ACCEPT)
 OUTPUT = int(Event.CONSUMER_FIRST_NONEMPTY_OUTPUT)
 
-#: How long an attach waits for a region another process is creating at the
-#: same path (its header is written after the file appears).
-ATTACH_WAIT_S = 5.0
 #: How often the API server's thread runs ``Recording.tick``.
 TICK_S = 2.0
 #: How often a process that attached a region checks that its path still
 #: names the file it mapped.
 CHECK_S = 5.0
-#: The fewest closed requests a plugin's region keeps for its exporter.
-MIN_CLOSED_ENTRIES = 1024
-#: The marker a server that made a region leaves in its lookup.
-MADE_BY_SERVER = ".made-by-server"
 #: The bound on how long a request stays open, unless the plugin's
 #: ``<PREFIX>_MAX_OPEN_S`` says otherwise.
 MAX_OPEN_S = 600.0
 MIN_MAX_OPEN_S, MAX_MAX_OPEN_S = 1.0, 7 * 86400.0
-#: A condition that stops recording is said again after this long while it
-#: lasts.
-SAY_AGAIN_S = 60.0
 RETRY_ATTACH_S = 1.0
 RETRY_ATTACH_MAX_S = 30.0
 
@@ -111,58 +103,6 @@ class Spec:
         return "_" + self.env + "_NAMED"
 
 
-class Once:
-    """Log lines said once per process, on ``log``: for what cannot change
-    while the process runs (a bad variable, a connector it cannot follow)."""
-
-    def __init__(self, log: logging.Logger) -> None:
-        self.log = log
-        self._said: Set[str] = set()
-
-    def warn(self, what: str, msg: str, *args: Any) -> None:
-        if what not in self._said:
-            self._said.add(what)
-            self.log.warning(msg, *args)
-
-    def debug(self, what: str, msg: str, *args: Any) -> None:
-        if what not in self._said:
-            self._said.add(what)
-            self.log.debug(msg, *args)
-
-
-class Said:
-    """A warning said when its condition starts and again at most every
-    ``every`` seconds while it lasts, with how often it happened since."""
-
-    def __init__(self, log: logging.Logger, every: float = SAY_AGAIN_S) -> None:
-        self.log = log
-        self.every = every
-        self._next: Dict[str, float] = {}
-        self._since: Dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def warn(self, what: str, msg: str, *args: Any) -> bool:
-        """Says ``msg`` now unless it was said less than ``every`` seconds
-        ago; ``True`` if it was said."""
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next.get(what, 0.0):
-                self._since[what] = self._since.get(what, 0) + 1
-                return False
-            self._next[what] = now + self.every
-            since = self._since.pop(what, 0)
-        if since:
-            self.log.warning(msg + " (%d more times since it was last said)", *args, since)
-        else:
-            self.log.warning(msg, *args)
-        return True
-
-    def ended(self, what: str) -> None:
-        """The condition is over: the next occurrence is said at once."""
-        with self._lock:
-            self._next.pop(what, None)
-            self._since.pop(what, None)
-
 
 def env_number(var: str, once: Once, lo: float, hi: float, kind: Callable[[str], Any] = int) -> Optional[Any]:
     """The number in variable ``var``, clamped to ``[lo, hi]``; ``None``
@@ -198,149 +138,6 @@ def region_path(spec: Spec) -> Tuple[str, bool]:
     return path, False
 
 
-def own_regular_file(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
-
-
-def file_identity(path: str) -> Optional[Tuple[int, int]]:
-    """``(device, inode)`` of the file at ``path`` (not through a symlink),
-    or ``None``."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def attach(path: str, wait: float = ATTACH_WAIT_S) -> Region:
-    """Attaches the region at ``path``, waiting up to ``wait`` seconds while
-    another process is still writing its header."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return Region.attach(path)
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-class Hold:
-    """This process's shared ``flock`` on a region file: held for the
-    process's life, dropped by the kernel when it dies (in any PID
-    namespace). ``clean`` removes a file only when it can take the lock
-    exclusively, so never one a process holds."""
-
-    #: How long taking the lock waits for a ``clean`` that holds it.
-    WAIT_S = 2.0
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._pid = os.getpid()
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise _channel.UntrustedError(f"{path} is not a regular file this user owns")
-            deadline = time.monotonic() + self.WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    # A clean holds it exclusively: it is removing the file
-                    # (seen below) or about to let it go.
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd: Optional[int] = fd
-        self.identity = (st.st_dev, st.st_ino)
-
-    def linked(self) -> bool:
-        """Whether ``path`` still names the file held (not removed, not
-        replaced)."""
-        return self._fd is not None and file_identity(self.path) == self.identity
-
-    def release(self, remove: bool) -> bool:
-        """Lets the file go; with ``remove``, first removes it if no other
-        process holds it. ``True`` if it was removed. Only in the process
-        that took the lock (a forked child inherits the object, not the
-        duty)."""
-        fd, self._fd = self._fd, None
-        if fd is None or os.getpid() != self._pid:
-            return False
-        removed = False
-        try:
-            if remove:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    pass  # another process holds it: it stays
-                else:
-                    if file_identity(self.path) == self.identity:
-                        os.unlink(self.path)
-                        removed = True
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        return removed
-
-
-def closed_entries(slots: int) -> int:
-    """The closed requests a plugin's region keeps for its exporter: the
-    slot count (the core's default) but never fewer than
-    ``MIN_CLOSED_ENTRIES``, so that a small region (a test's, a user's
-    ``_SLOTS``) does not lose closes to an exporter that polls once a
-    second; at most 4096."""
-    return max(min(slots, 4096), MIN_CLOSED_ENTRIES)
-
-
-def create_or_attach(
-    path: str, edges: Iterable[Tuple[int, int]], slots: int, trusted: bool, wait: float = ATTACH_WAIT_S
-) -> Tuple[Region, Hold, bool]:
-    """The region at ``path``, held: created here (``True``), or, when
-    ``trusted`` (the user named it, or the plugin named it for this server
-    start), a region file this user owns, attached (``False``). A file at
-    an untrusted name is refused. A file removed between its creation and
-    the hold (a ``clean`` that judged it stale) is made again."""
-    for _ in range(3):
-        try:
-            region = Region.create(path, edges=list(edges), slots=slots, closed_entries=closed_entries(slots))
-            created = True
-        except FileExistsError:
-            if not trusted:
-                raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
-            if not own_regular_file(path):
-                raise _channel.UntrustedError(f"{path} is not a regular file this user owns") from None
-            region, created = attach(path, wait), False
-        try:
-            hold = Hold(path)
-        except FileNotFoundError:
-            continue
-        if hold.linked():
-            return region, hold, created
-        hold.release(remove=False)
-    raise FileNotFoundError(errno.ENOENT, "the region file kept disappearing while it was made", path)
-
-
-def say(log: logging.Logger, message: str) -> bool:
-    """Says ``message`` now (``True``) if vLLM's logging is set up or vLLM
-    is not loaded; ``False`` when it should wait (a vLLM API server loads
-    its plugins before it configures logging, and a line said then is
-    lost)."""
-    if logging.getLogger("vllm").handlers or "vllm" not in sys.modules:
-        log.info("%s", message)
-        return True
-    return False
-
 
 def traceparent_in(headers: Any) -> Optional[str]:
     """The ``traceparent`` in a mapping of trace headers (name compared
@@ -358,210 +155,6 @@ def traceparent_in(headers: Any) -> Optional[str]:
         return None
     return value if isinstance(value, str) else None
 
-
-class Owner:
-    """The requests this process (an API server) began, by request ID
-    (``Region.begin`` for each), with the lookup other processes of the host
-    read their tokens from, and its hold on the region file."""
-
-    def __init__(
-        self,
-        path: str,
-        edges: Iterable[Tuple[int, int]],
-        slots: int,
-        trusted: bool,
-        plugin_named: bool,
-        once: Once,
-        said: Said,
-        log: logging.Logger,
-        log_requests: bool = False,
-        wait: float = ATTACH_WAIT_S,
-    ) -> None:
-        self.path = path
-        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait)
-        self.writer: Optional[_channel.Writer] = None
-        try:
-            self.writer = _channel.Writer(_channel.lookup_dir(path))
-        except OSError as e:
-            once.warn(
-                "lookup",
-                "edgemark: the request lookup %s cannot be trusted, other processes record nothing: %s",
-                _channel.lookup_dir(path),
-                e,
-            )
-        # The last server out removes a region a server made (never one the
-        # user made beforehand, `edgemark create`), and its lookup. A server
-        # that made it says so in the lookup (MADE_BY_SERVER), for the one
-        # that attached it and may be the last out.
-        self._plugin_named = plugin_named
-        if self.created and self.writer is not None:
-            try:
-                self.writer.mark(MADE_BY_SERVER)
-            except OSError:
-                pass
-        self._released = False
-        self._lookup_released = False
-        atexit.register(self.release)
-        self.log = log
-        self.said = said
-        self.tokens: Dict[str, Token] = {}
-        self.log_requests = log_requests
-        #: Request IDs begun under a caller's trace context.
-        self.parented: Set[str] = set()
-        self.lock = threading.Lock()
-        #: Closes asked for where the lock may be held (a finalizer that the
-        #: garbage collector runs inside a locked section): done by ``tick``.
-        self._later: Deque[Tuple[str, Token]] = collections.deque()
-        self._successor: Dict[Token, Token] = {}
-
-    def release(self) -> None:
-        """At exit: the lookup entries this process wrote, and the region if
-        nobody else holds it and a server made it. Idempotent."""
-        if self._released:
-            return
-        self._released = True
-        writer = self.writer
-        made_by_server = (
-            self.created
-            or self._plugin_named
-            or (writer is not None and not self._lookup_released and writer.marked(MADE_BY_SERVER))
-        )
-        self.release_lookup()
-        if self.hold.release(remove=made_by_server) and writer is not None:
-            # Nobody holds the region any more: its lookup goes with it.
-            lookup = _channel.lookup_dir(self.path)
-            for remove, target in ((os.unlink, os.path.join(lookup, MADE_BY_SERVER)), (os.rmdir, lookup)):
-                try:
-                    remove(target)
-                except OSError:
-                    pass
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    def release_lookup(self) -> None:
-        """Removes the lookup entries this process wrote. Never the
-        directory: a peer that holds the region reads it still."""
-        writer = self.writer
-        if writer is not None and not self._lookup_released:
-            self._lookup_released = True
-            writer.remove(rmdir=False)
-
-    def begin(self, request_id: str, traceparent: Optional[str]) -> Optional[Token]:
-        token = self.region.begin(traceparent, strict=False)
-        if token is None:
-            self.said.warn(
-                "full",
-                "edgemark: the region %s is full, requests run unrecorded (requests close when they end, or after "
-                "the bound on open requests; a larger region: the plugin's _SLOTS variable)",
-                self.path,
-            )
-            return None
-        self.said.ended("full")
-        if self.writer is not None:
-            try:
-                self.writer.publish(request_id, token)
-            except OSError as e:
-                # Unpublished, no other process could record or close it:
-                # closed now rather than left holding its slot.
-                self.region.close(token)
-                self.said.warn(
-                    "publish",
-                    "edgemark: the request lookup %s takes no entry, requests run unrecorded: %s",
-                    _channel.lookup_dir(self.path),
-                    e,
-                )
-                return None
-        with self.lock:
-            old = self.tokens.pop(request_id, None)
-            self.tokens[request_id] = token
-            if traceparent:
-                self.parented.add(request_id)
-            else:
-                self.parented.discard(request_id)
-        if old is not None:
-            # The ID was reused while its earlier instance was open.
-            self.region.close(old)
-        return token
-
-    def close(self, request_id: str, token: Optional[Token] = None) -> Dict[str, Any]:
-        """Closes ``request_id``'s instance (``token``'s, if given; nothing
-        if another instance holds the ID now). Returns the final snapshot."""
-        with self.lock:
-            current = self.tokens.get(request_id)
-            if token is None:
-                token = current
-            if token is None or current != token:
-                # Closed already: by an earlier close, or by the begin of a
-                # newer instance under the ID (the map holds every open
-                # token this process began).
-                return {}
-            del self.tokens[request_id]
-            self.parented.discard(request_id)
-            if self.writer is not None:
-                self.writer.withdraw(request_id)
-        traceparent = self.region.traceparent(token) if self.log_requests else None
-        final = self.region.close(token)
-        if final is None:
-            return {}
-        if self.log_requests:
-            self.log.info(
-                "edgemark: request %s closed, trace %s: stream_edge_metrics %s",
-                request_id,
-                traceparent.split("-")[1] if traceparent else "-",
-                json.dumps(final, sort_keys=True, separators=(",", ":")),
-            )
-        return final
-
-    def close_later(self, request_id: str, token: Token) -> None:
-        """Closes ``request_id``'s instance on the next ``tick``: safe where
-        this object's lock may be held by the same thread (a finalizer).
-        An instance begun again in its place (``succeeded``) is closed
-        instead."""
-        self._later.append((request_id, token))
-
-    def succeeded(self, old: Token, new: Token) -> None:
-        """``new`` was begun in place of ``old`` (same request, another
-        trace context): a close queued for ``old`` closes ``new``."""
-        with self.lock:
-            self._successor[old] = new
-
-    def forget_closed(self) -> int:
-        """Forgets the requests that another process closed (their tokens
-        no longer open), withdrawing their lookup entries; how many."""
-        with self.lock:
-            gone = [(rid, t) for rid, t in self.tokens.items() if not self.region.is_open(t)]
-            for rid, _ in gone:
-                del self.tokens[rid]
-                self.parented.discard(rid)
-                # Inside the lock, as in `close`: a new instance begun under
-                # the ID meanwhile keeps its entry.
-                if self.writer is not None:
-                    self.writer.withdraw(rid)
-        return len(gone)
-
-    def tick(self, max_open_s: float) -> int:
-        """The periodic duties: the queued closes, the bound on open
-        requests (every request of the region, whoever began it), the
-        requests others closed. How many requests the bound closed."""
-        while self._later:
-            rid, token = self._later.popleft()
-            with self.lock:
-                while token in self._successor:
-                    token = self._successor.pop(token)
-            self.close(rid, token)
-        if self.writer is not None and self.writer.unlinked():
-            # Removed by another process (a `clean` of an older release):
-            # made again, or entries written from now on would be lost.
-            try:
-                self.writer = _channel.Writer(_channel.lookup_dir(self.path))
-                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", self.writer.path)
-            except OSError as e:
-                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed: %s", self.writer.path, e)
-        expired = self.region.expire(max_open_s)
-        self.forget_closed()
-        return expired
 
 
 class Recording:
@@ -855,8 +448,12 @@ class Recording:
 
 __all__ = [
     "ACCEPT",
+    "ATTACH_WAIT_S",
     "EMIT",
+    "MADE_BY_SERVER",
+    "MIN_CLOSED_ENTRIES",
     "OUTPUT",
+    "SAY_AGAIN_S",
     "SEND",
     "Hold",
     "Once",
@@ -865,6 +462,7 @@ __all__ = [
     "Said",
     "Spec",
     "attach",
+    "closed_entries",
     "create_or_attach",
     "env_int",
     "env_number",
