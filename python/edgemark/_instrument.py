@@ -13,6 +13,18 @@ engine core's, a model worker's: ``process_roles``), each checked by name,
 parameters and async-ness before anything is patched: one that is missing
 or has changed refuses the whole set, with one warning, and the process
 records nothing.
+
+What the wrappers *read* is checked the same way (``Field``): the fields
+of the framework's objects, the attributes of its workers, the keys of its
+parameter dictionaries. They are grouped in parts (``Part``), each naming
+the events it feeds; a part whose fields do not check out is refused on its
+own, with one warning that names what is lost, and its call sites are left
+unpatched, while the other parts record. A part marked ``essential`` (what
+every event needs) refuses the whole set.
+
+A release newer than the tested range (``_instruments``) is instrumented
+when every call site and field checks out, with one warning that names the
+tested range; an older one is refused (docs/vllm.md, "Releases").
 """
 
 from __future__ import annotations
@@ -47,6 +59,9 @@ class Target:
     is_async: bool = False
     #: Present in some supported releases only: wrapped where it exists.
     optional: bool = False
+    #: The ``Part`` whose fields the wrapper reads: unpatched when that part
+    #: is refused.
+    part: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -55,6 +70,115 @@ class Target:
 
 class MissingError(LookupError):
     """A call site is not there at all."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One thing a wrapper reads on the framework's objects, checked before
+    anything is patched (``check_field``). ``kind`` says how:
+
+    - ``"field"``: a field of ``module.cls`` (a dataclass or msgspec field,
+      an annotation, or a class attribute);
+    - ``"init"``: an attribute ``cls.__init__`` (or a base's) sets, or a
+      field as above;
+    - ``"method"``: a method of ``cls`` whose parameters after ``self``
+      start with ``params``;
+    - ``"key"``: the string ``attr``, quoted, in the source of ``module``
+      (a key of a parameter dictionary the module reads or writes; ``cls``
+      is ``None``).
+    """
+
+    module: str
+    cls: Optional[str]
+    attr: str
+    kind: str = "field"
+    params: Tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        if self.kind == "key":
+            return f"the key {self.attr!r} in {self.module}"
+        return f"{self.cls}.{self.attr}"
+
+
+@dataclass(frozen=True)
+class Part:
+    """The fields one group of events is recorded from (``lost``: what a
+    refusal costs, as the warning says it)."""
+
+    fields: Tuple[Field, ...]
+    lost: str
+    #: Every event needs it: its refusal refuses the whole set.
+    essential: bool = False
+
+
+def _class_fields(cls: type) -> set:
+    names: set = set()
+    for c in cls.__mro__:
+        own = getattr(c, "__dict__", {})
+        for key in ("__annotations__", "__struct_fields__", "__dataclass_fields__"):
+            found = own.get(key)
+            if isinstance(found, (dict, tuple, list)):
+                names.update(n for n in found if isinstance(n, str))
+    return names
+
+
+def check_field(f: Field) -> Optional[str]:
+    """What is wrong with ``f`` in the installed framework, or ``None``."""
+    try:
+        module = importlib.import_module(f.module)
+    except Exception as e:  # noqa: BLE001 - any import failure is a refusal
+        return f"{f.module} does not import ({e})"
+    if f.kind == "key":
+        try:
+            source = inspect.getsource(module)
+        except (OSError, TypeError):
+            return f"the source of {f.module} cannot be read"
+        if f'"{f.attr}"' not in source and f"'{f.attr}'" not in source:
+            return f"{f.name} is not used any more"
+        return None
+    cls = getattr(module, f.cls or "", None)
+    if not isinstance(cls, type):
+        return f"{f.module}.{f.cls} is missing"
+    if f.kind == "method":
+        method = inspect.getattr_static(cls, f.attr, None)
+        method = _unwrap(method)
+        if not inspect.isfunction(method):
+            return f"{f.name} is missing"
+        params = tuple(inspect.signature(method).parameters)[1:]
+        if params[: len(f.params)] != f.params:
+            return f"{f.name} takes {params}, expected {f.params}"
+        return None
+    if f.attr in _class_fields(cls) or inspect.getattr_static(cls, f.attr, None) is not None:
+        return None
+    if f.kind == "init":
+        for c in cls.__mro__:
+            init = c.__dict__.get("__init__")
+            if inspect.isfunction(init) and f.attr in init.__code__.co_names:
+                return None
+    return f"{f.name} is missing"
+
+
+def newer_than(version: Optional[str], spec: str) -> bool:
+    """Whether ``version`` is past the top of ``spec``: it satisfies every
+    lower bound and fails an upper one (a release newer than the tested
+    range, rather than an older one)."""
+    if not version:
+        return False
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    upper = [s for s in SpecifierSet(spec, prereleases=True) if s.operator in ("<", "<=")]
+    rest = [s for s in SpecifierSet(spec, prereleases=True) if s.operator not in ("<", "<=", "!=")]
+    return (
+        bool(upper)
+        and all(s.contains(v, prereleases=True) for s in rest)
+        and not all(s.contains(v, prereleases=True) for s in upper)
+    )
 
 
 def _unwrap(raw: Any) -> Any:
@@ -150,10 +274,11 @@ class Instrumentor(Generic[R]):
     """Patches the call sites of one integration in this process and puts
     them back. Idempotent, never raises.
 
-    ``targets`` maps each role to its call sites; ``make_recording`` makes
-    this process's recording state (once), given the callback that puts
-    every call site back; ``announce`` says, once, what was patched (the
-    roles, the recording state)."""
+    ``targets`` maps each role to its call sites; ``parts`` names the
+    fields each part of the wrappers reads (``Part``; a target's ``part``
+    ties it to one); ``make_recording`` makes this process's recording state
+    (once), given the callback that puts every call site back; ``announce``
+    says, once, what was patched (the roles, the recording state)."""
 
     def __init__(
         self,
@@ -163,6 +288,7 @@ class Instrumentor(Generic[R]):
         make_recording: Callable[[Callable[[], None]], R],
         log: logging.Logger,
         announce: Optional[Callable[[Tuple[str, ...], R], None]] = None,
+        parts: Optional[Dict[str, Part]] = None,
     ) -> None:
         self.instruments = instruments
         self.distribution, self.supported = requirement(instruments)
@@ -170,6 +296,12 @@ class Instrumentor(Generic[R]):
         self._make_recording = make_recording
         self._log = log
         self._announce = announce
+        self._parts: Dict[str, Part] = dict(parts or {})
+        #: The parts refused in this process, with why (their wrappers are
+        #: not patched; the recording state's ``broken`` is the same dict).
+        self.broken: Dict[str, str] = {}
+        #: Whether the installed release is newer than the tested range.
+        self.untested = False
         #: (class or module, attribute, original attribute) of every patch
         #: in place.
         self._patched: List[Tuple[Any, str, Callable]] = []
@@ -198,10 +330,13 @@ class Instrumentor(Generic[R]):
 
     def instrument(self, roles: Optional[Iterable[str]] = None) -> bool:
         """Patches the call sites of ``roles`` (default: every role).
-        Returns whether they are patched. Outside the supported range, or
+        Returns whether they are patched. Below the supported range, or
         when a call site of these roles is missing or has another signature,
-        logs one warning and patches nothing (later calls in this process
-        return ``False`` without another warning)."""
+        or an essential part's fields do not check out, logs one warning and
+        patches nothing (later calls in this process return ``False``
+        without another warning). Above the range, patches when all of that
+        checks out, with one warning naming the tested range. A part whose
+        fields do not check out is left unpatched, with one warning each."""
         with self._lock:
             if self._patched:
                 return True
@@ -211,7 +346,8 @@ class Instrumentor(Generic[R]):
 
     def _instrument(self, roles: Tuple[str, ...]) -> bool:
         ver = installed_version(self.distribution)
-        if not is_supported(ver, self.supported):
+        untested = newer_than(ver, self.supported)
+        if not untested and not is_supported(ver, self.supported):
             self._refused = True
             self._log.warning(
                 "edgemark: %s %s is not supported (%s %s); nothing is recorded in this process",
@@ -221,9 +357,22 @@ class Instrumentor(Generic[R]):
                 self.supported,
             )
             return False
+        broken = self.check_parts()
+        essential = [name for name in broken if self._parts[name].essential]
+        if essential:
+            self._refused = True
+            self._log.warning(
+                "edgemark: %s %s has changed what edgemark reads (%s); nothing is patched",
+                self.distribution,
+                ver,
+                broken[essential[0]],
+            )
+            return False
         resolved = []
         try:
             for t in self.targets(roles):
+                if t.part in broken:
+                    continue
                 try:
                     resolved.append((t, *resolve(t)))
                 except MissingError:
@@ -235,9 +384,33 @@ class Instrumentor(Generic[R]):
                 "edgemark: %s %s has changed where edgemark hooks in (%s); nothing is patched", self.distribution, ver, e
             )
             return False
+        if untested:
+            self._log.warning(
+                "edgemark: %s %s is newer than the releases edgemark was tested with (%s %s); every call site "
+                "and field edgemark uses checks out, so it records. If an event goes missing, pin %s to the "
+                "tested range or upgrade edgemark",
+                self.distribution,
+                ver,
+                self.distribution,
+                self.supported,
+                self.distribution,
+            )
+        self.untested = untested
+        for name, why in broken.items():
+            self._log.warning(
+                "edgemark: %s %s has changed what edgemark reads (%s): %s not recorded; the other events are",
+                self.distribution,
+                ver,
+                why,
+                self._parts[name].lost,
+            )
+        self.broken.clear()
+        self.broken.update(broken)
         rec = self.recording
         if rec is None:
             rec = self.recording = self._make_recording(self.uninstrument)
+        if hasattr(rec, "broken"):
+            rec.broken = self.broken  # type: ignore[attr-defined]
         for target, owner, func in resolved:
             if target.wrap is None:
                 continue
@@ -249,6 +422,21 @@ class Instrumentor(Generic[R]):
         if self._announce is not None:
             self._announce(roles, rec)
         return True
+
+    def check_parts(self) -> Dict[str, str]:
+        """The parts whose fields do not check out in the installed
+        release, each with its first problem."""
+        broken: Dict[str, str] = {}
+        for name, part in self._parts.items():
+            for f in part.fields:
+                try:
+                    why = check_field(f)
+                except Exception as e:  # noqa: BLE001 - a check that fails refuses its part
+                    why = f"{f.name} could not be checked ({e!r})"
+                if why is not None:
+                    broken[name] = why
+                    break
+        return broken
 
     def register_from(self, var: str, plugin: str, what: str, instrument: Callable[[], bool]) -> None:
         """The body of a plugin's entry point: nothing unless the variable

@@ -609,12 +609,37 @@ def _refused(change) -> dict:
 
 
 def scenario_version() -> dict:
+    # Older than the tested range: refused.
     def change(plugin):
         from edgemark import _instrument
 
-        _instrument.installed_version = lambda distribution: "0.33.0"
+        _instrument.installed_version = lambda distribution: "0.28.0"
 
     return _refused(change)
+
+
+def scenario_newer() -> dict:
+    # Newer than the tested range, every call site as this release has it:
+    # patched, with one warning that names the tested range.
+    from edgemark import _instrument, vllm_omni
+
+    handler = Warnings()
+    logging.getLogger("edgemark.vllm_omni").addHandler(handler)
+    _instrument.installed_version = lambda distribution: "0.33.0"
+    before = targets()
+    from vllm_omni.plugins import load_omni_general_plugins
+
+    load_omni_general_plugins()
+    patched = vllm_omni.is_instrumented() and targets() != before
+    again = vllm_omni.instrument()
+    vllm_omni.uninstrument()
+    return {
+        "patched": patched,
+        "untested": vllm_omni.instrumentor.untested,
+        "again": again,
+        "restored": targets() == before,
+        "warnings": [m for m in handler.messages if m.startswith("edgemark")],
+    }
 
 
 def scenario_renamed() -> dict:

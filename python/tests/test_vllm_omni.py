@@ -270,6 +270,17 @@ def test_an_unsupported_vllm_omni_is_left_alone_with_one_warning(scenario):
     assert out["roundtrip"] is True
 
 
+def test_a_newer_vllm_omni_records_when_everything_checks_out_and_says_the_tested_range():
+    from edgemark.vllm_omni import package
+
+    out = run("newer")
+    assert out["patched"] is True and out["untested"] is True and out["again"] is True
+    assert out["restored"] is True
+    assert len(out["warnings"]) == 1, out["warnings"]
+    assert "newer than the releases edgemark was tested with" in out["warnings"][0]
+    assert package.SUPPORTED in out["warnings"][0]
+
+
 def test_loaded_many_times_patches_once_and_uninstruments():
     out = run("twice")
     assert out == {"same": True, "child": 0, "restored": True}

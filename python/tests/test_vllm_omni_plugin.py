@@ -18,7 +18,7 @@ import pytest
 
 import edgemark
 from edgemark import vllm_omni
-from edgemark import _channel
+from edgemark import _channel, _instrument
 from edgemark.vllm_omni import _recording, package
 from edgemark.vllm_omni._recording import EMIT, Recording
 
@@ -72,6 +72,12 @@ def test_the_supported_range_is_declared_once_and_takes_the_release_candidates()
         assert package.is_supported(v), v
     for v in ("0.28.0", "0.30.0rc1", "0.33.0", "0.33.0rc1", "1.0", "", None, "not a version"):
         assert not package.is_supported(v), v
+    # Past the top: recorded when everything checks out, with a warning;
+    # below: refused (docs/vllm-omni.md, "Releases").
+    for v in ("0.33.0", "0.33.0rc1", "1.0"):
+        assert _instrument.newer_than(v, package.SUPPORTED), v
+    for v in ("0.28.0", "0.30.0rc1", "0.32.0rc1"):
+        assert not _instrument.newer_than(v, package.SUPPORTED), v
 
 
 def test_event_ids_are_the_cores():

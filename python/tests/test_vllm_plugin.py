@@ -47,9 +47,11 @@ def decode_params(remote):
 
 
 def step(*tokens_by_id):
-    """A stand-in for a ``ModelRunnerOutput``: ``(request ID, sampled)``."""
+    """A stand-in for a ``ModelRunnerOutput``: ``(request ID, sampled)``,
+    with only the fields every release has (0.34 has no
+    ``req_id_to_index``)."""
     return SimpleNamespace(
-        req_id_to_index={rid: i for i, (rid, _) in enumerate(tokens_by_id)},
+        req_ids=[rid for rid, _ in tokens_by_id],
         sampled_token_ids=[list(t) for _, t in tokens_by_id],
     )
 
@@ -114,11 +116,17 @@ def test_without_vllm_one_warning_and_nothing_patched(tmp_path):
 
 
 def test_the_supported_range_is_declared_once_and_takes_the_cpu_build():
-    assert package._instruments == ("vllm >= 0.32.0, < 0.33",)
-    for v in ("0.32.0", "0.32.0+cpu", "0.32.1", "0.32.2rc1"):
+    assert package._instruments == ("vllm >= 0.32.0, < 0.35",)
+    assert package.TESTED == ("0.32.0", "0.33.0", "0.34.0")
+    for v in ("0.32.0", "0.32.0+cpu", "0.32.1", "0.33.0", "0.34.0", "0.34.2rc1"):
         assert package.is_supported(v), v
-    for v in ("0.31.0", "0.32.0rc1", "0.33.0", "0.33.0rc1", "", None, "not a version"):
+    for v in ("0.31.0", "0.32.0rc1", "0.35.0", "0.35.0rc1", "", None, "not a version"):
         assert not package.is_supported(v), v
+    # Past the top: checked and recorded with a warning; below: refused.
+    for v in ("0.35.0", "0.35.0rc1", "1.0.0"):
+        assert _instrument.newer_than(v, package.SUPPORTED), v
+    for v in ("0.31.0", "0.32.0rc1", "0.33.0", None, "not a version"):
+        assert not _instrument.newer_than(v, package.SUPPORTED), v
 
 
 def test_the_entry_point_is_its_own_and_the_omni_one_stays():
@@ -293,12 +301,31 @@ class Results:
 
 
 class NixlLikeWorker:
+    """NIXL's worker as the plugin reads it: notified reads (pull mode),
+    leases its reaper finds expired, WRITEs that completed (push mode, which
+    from 0.33 reports no notifications), and what a replicated
+    prefill-context-parallel rank reports unsent."""
+
     def __init__(self):
-        self.notifs, self.expired = set(), set()
+        self.notifs, self.expired, self.pushed = set(), set(), set()
+        self._replicated_pcp_done_sending = set()
 
     def _get_new_notifs(self):
         out, self.notifs = self.notifs, set()
         return out
+
+    def _reap_expired_send_leases(self, done_sending):
+        done_sending.update(self.expired)
+        self.expired = set()
+
+    def get_transfer_results(self):
+        done = self._get_new_notifs()
+        done |= self._replicated_pcp_done_sending
+        self._replicated_pcp_done_sending = set()
+        self._reap_expired_send_leases(done)
+        done |= self.pushed
+        self.pushed = set()
+        return done
 
 
 class NixlLike:
@@ -324,11 +351,9 @@ class NixlLike:
         return True, {"remote_request_id": request.request_id}
 
     def get_transfer_results(self, finished_req_ids):
-        notified = self.connector_worker._get_new_notifs() if self.connector_worker else set()
         r, self.results = self.results, Results()
-        r.finished_sending |= notified | (self.connector_worker.expired if self.connector_worker else set())
         if self.connector_worker:
-            self.connector_worker.expired = set()
+            r.finished_sending |= self.connector_worker.get_transfer_results()
         return r
 
 
@@ -367,6 +392,69 @@ def test_a_nixl_like_connector_records_through_its_instance_hooks(region_env, mo
     full, cut = finals[str(ok)], finals[str(aborted)]
     assert all(ms(full, e) is not None for e in (EMIT, SEND, ACCEPT, OUTPUT))
     assert ms(cut, EMIT) is not None and all(ms(cut, e) is None for e in (SEND, ACCEPT, OUTPUT))
+
+
+def test_a_push_whose_write_completed_is_send_complete_not_an_expired_lease(region_env, monkeypatch):
+    # From 0.33 the push worker's _get_new_notifs reports nothing: the
+    # prefill side learns of a finished push from its WRITE handles and adds
+    # it to finished_sending. Only what the lease reaper adds has expired;
+    # what a replicated prefill-context-parallel rank reports is no send.
+    pair = Pair(monkeypatch, region_env, region_env)
+    p_worker = NixlLike(NixlLikeWorker())
+    assert connector.wrap_instance(p_worker, "WORKER", pair.p_engine)
+    pushed, expired, replicated = pair.prefill("p-20"), pair.prefill("p-21"), pair.prefill("p-22")
+    assert pair.d_api.begin("d-20", decode_params("p-20"), TRACE) is None
+    pair.d_engine.pd_of(request("d-20", **decode_params("p-20")))
+    w = p_worker.connector_worker
+    w.pushed, w.expired, w._replicated_pcp_done_sending = {"p-20"}, {"p-21"}, {"p-22"}
+    p_worker.get_transfer_results(set())
+    region = pair.p_api.owner.region
+    assert ms(segment(region.snapshot(pushed)), SEND) is not None
+    assert region.is_open(pushed), "joined: it waits for the decode side's first output"
+    assert not region.is_open(expired)
+    assert region.is_open(replicated)
+    assert ms(segment(region.snapshot(replicated)), SEND) is None
+    pair.d_engine.first_output(step(("d-20", [3])))
+    assert not region.is_open(pushed)
+    finals = {str(c["token"]): segment(c["snapshot"]) for c in closed(region)}
+    assert all(ms(finals[str(pushed)], e) is not None for e in (EMIT, SEND, OUTPUT))
+    assert ms(finals[str(expired)], EMIT) is not None and ms(finals[str(expired)], SEND) is None
+
+
+def test_a_worker_without_the_reaper_records_no_send_and_says_so_once(region_env, monkeypatch, caplog):
+    # Without the reaper nothing tells a completed push from an expired
+    # lease: the send side is not recorded (the bound closes the requests),
+    # the accept side still is.
+    class OldWorker(NixlLikeWorker):
+        _reap_expired_send_leases = None
+
+        def get_transfer_results(self):
+            return self._get_new_notifs()
+
+    pair = Pair(monkeypatch, region_env, region_env)
+    a, b = NixlLike(OldWorker()), NixlLike(OldWorker())
+    with caplog.at_level(logging.WARNING, logger="edgemark"):
+        assert connector.wrap_instance(a, "WORKER", pair.p_engine)
+        assert connector.wrap_instance(b, "WORKER", pair.p_engine)
+    said = [r for r in caplog.records if "edge_first_send_complete is not recorded" in r.getMessage()]
+    assert len(said) == 1 and "_reap_expired_send_leases" in said[0].getMessage()
+    token = pair.prefill("p-30")
+    a.connector_worker.notifs = {"p-30"}
+    a.get_transfer_results(set())
+    assert ms(segment(pair.p_api.owner.region.snapshot(token)), SEND) is None
+    assert pair.p_api.owner.region.is_open(token)
+
+
+def test_a_refused_part_leaves_its_hooks_alone_and_the_others_record(region_env, monkeypatch):
+    pair = Pair(monkeypatch, region_env, region_env)
+    pair.d_engine.broken = {"accept": "KVConnectorOutput.finished_recving is missing"}
+    pair.p_engine.broken = {"send": "NixlBaseConnectorWorker._reap_expired_send_leases is missing"}
+    d_sched, p_worker = NixlLike(), NixlLike(NixlLikeWorker())
+    assert connector.wrap_instance(d_sched, "SCHEDULER", pair.d_engine)
+    assert connector.wrap_instance(p_worker, "WORKER", pair.p_engine)
+    assert "update_connector_output" not in vars(d_sched)
+    assert "update_state_after_alloc" in vars(d_sched)
+    assert "_get_new_notifs" not in vars(p_worker.connector_worker)
 
 
 def test_a_failed_receive_is_no_accept(region_env, monkeypatch):

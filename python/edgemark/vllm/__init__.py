@@ -28,11 +28,15 @@ event                             process                        where
 ``consumer_first_nonempty_output``decode engine core             first sampled token
 ================================  =============================  ==========================
 
-Supported releases: ``package.SUPPORTED``. Nothing here ever raises into
-vLLM: a wrapper that fails records nothing and calls through. Outside the
-supported releases, or when a wrapped attribute is missing or has another
-signature, ``instrument`` logs one warning and patches nothing; a connector
-without the hooks is left alone with one warning. See docs/vllm.md.
+Tested releases: ``package.SUPPORTED`` (0.32.0, 0.33.0, 0.34.0). Nothing
+here ever raises into vLLM: a wrapper that fails records nothing and calls
+through. Below the tested range, or when a wrapped attribute is missing or
+has another signature, ``instrument`` logs one warning and patches nothing;
+above it, it records when every call site and field checks out, with one
+warning that names the tested range. A field a part of the wrappers reads
+that is missing refuses that part, with one warning naming the events lost
+(``package.PARTS``); a connector without the hooks is left alone with one
+warning. See docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ instrumentor: Instrumentor[Recording] = Instrumentor(
     targets={"api": api.TARGETS, "engine": connector.ENGINE_TARGETS, "connector": connector.TARGETS},
     make_recording=Recording,
     log=log,
+    parts=package.PARTS,
     announce=lambda roles, rec: rec.say(
         f"edgemark: recording the P/D KV hand-off (vllm {_instrument.installed_version('vllm')}) "
         f"in {_instrument.process_name()}, pid {os.getpid()}: "

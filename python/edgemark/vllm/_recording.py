@@ -163,6 +163,9 @@ class Recording(_lifecycle.Recording):
         #: The API server's KV connector, when it is not one the plugin
         #: follows: its requests are not begun (nothing would close them).
         self.unfollowed: Optional[str] = None
+        #: The parts of ``package.PARTS`` refused in this release, with why:
+        #: their wrappers are not made (the instrumentor's dict).
+        self.broken: Dict[str, str] = {}
 
     def forget_all(self) -> None:
         with self.lock:
@@ -369,14 +372,15 @@ class Recording(_lifecycle.Recording):
 
     def first_output(self, model_runner_output: Any) -> None:
         """The scheduler's step output: the first token of each request
-        waiting for one."""
-        index = model_runner_output.req_id_to_index
+        waiting for one (``req_ids`` and ``sampled_token_ids`` line up by
+        position, in every release; 0.34 dropped ``req_id_to_index``)."""
+        awaiting = self.awaiting_output
         sampled = model_runner_output.sampled_token_ids
-        for rid, pd in list(self.awaiting_output.items()):
-            i = index.get(rid)
-            if i is None or i >= len(sampled) or len(sampled[i]) == 0:
+        for i, rid in enumerate(model_runner_output.req_ids):
+            pd = awaiting.get(rid)
+            if pd is None or i >= len(sampled) or len(sampled[i]) == 0:
                 continue
-            self.awaiting_output.pop(rid, None)
+            awaiting.pop(rid, None)
             self.record(pd, OUTPUT)
             if pd.shared and self.has(pd, SEND):
                 self.close(pd)

@@ -23,31 +23,41 @@ scheduler side: ``request_finished`` and    ``producer_first_nonempty_emit`` whe
                                             (``(True, params)``); a prefill request not
                                             handed over closes; a finished decode request
                                             closes (see ``_recording``)
-scheduler side: ``update_state_after_       a decode request is registered, its token
-alloc``                                     looked up through ``remote_request_id``
+scheduler side: ``on_new_request`` (where   a decode request is registered as it arrives,
+the release has it) and ``update_state_     its token looked up through
+after_alloc``                               ``remote_request_id`` (again at allocation
+                                            while none was found)
 scheduler side: ``update_connector_         ``consumer_first_accept`` for each decode
 output``                                    request in ``finished_recving`` and not in
                                             ``failed_recving`` (if the worker did not)
 worker side: ``get_transfer_results``       ``consumer_first_accept`` as above, for a
-                                            decode request this process registered; for
-                                            NIXL, a ``finished_sending`` ID no decode side
-                                            notified is a lease that expired: its request
-                                            closes; for other connectors, every
-                                            ``finished_sending`` ID is send complete
+                                            decode request this process registered;
+                                            ``edge_first_send_complete`` for each
+                                            ``finished_sending`` ID the lease reaper did
+                                            not add and no notification reported: a push
+                                            whose WRITE completed (0.33 on)
 NIXL's worker: ``_get_new_notifs``          ``edge_first_send_complete`` for each request a
-                                            decode side said it has read
+                                            decode side said it has read (pull mode)
+NIXL's worker: ``_reap_expired_send_        each request it reaps: its lease expired
+leases``                                    before a decode side read it; it closes,
+                                            the later events null
 ==========================================  ==============================================
 
 =======================================  ===================================================
 call site (class)                        records
 =======================================  ===================================================
 ``Scheduler.update_from_output``         ``consumer_first_nonempty_output``: the first
-                                         step whose sampled tokens for a registered decode
+                                         step whose sampled tokens (``req_ids``,
+                                         ``sampled_token_ids``) for a registered decode
                                          request are not empty. While no decode request
                                          waits for its first token (every request already
                                          recorded) the wrapper only tests one dict and
                                          calls through.
 =======================================  ===================================================
+
+What each wrapper reads is checked before anything is patched
+(``package.PARTS``): a part that does not check out in the installed release
+is left unwrapped (its events not recorded), with one warning.
 """
 
 from __future__ import annotations
@@ -66,6 +76,13 @@ SCHEDULER_HOOKS: Dict[str, Tuple[str, ...]] = {
     "update_state_after_alloc": ("request", "blocks", "num_external_tokens"),
     "update_connector_output": ("connector_output",),
 }
+#: Wrapped where the connector has them.
+OPTIONAL_HOOKS: Dict[str, Tuple[str, ...]] = {
+    "on_new_request": ("request",),
+}
+#: The hook whose wrapper reads a part (``package.PARTS``): unwrapped when
+#: that part is refused.
+HOOK_PARTS = {"update_connector_output": "accept"}
 #: At least one of these (``request_finished_all_groups`` for connectors
 #: that support the hybrid allocator, NIXL among them).
 FINISH_HOOKS: Dict[str, Tuple[str, ...]] = {
@@ -93,8 +110,9 @@ def check_hooks(connector: Any, role: str) -> Tuple[Dict[str, Any], str]:
         wanted, either = WORKER_HOOKS, {}
     else:
         return {}, f"role {role} is neither the scheduler's nor the worker's"
+    optional = OPTIONAL_HOOKS if role == "SCHEDULER" else {}
     found: Dict[str, Any] = {}
-    for name, params in {**wanted, **either}.items():
+    for name, params in {**wanted, **either, **optional}.items():
         method = getattr(connector, name, None)
         if method is None:
             if name in wanted:
@@ -109,15 +127,23 @@ def check_hooks(connector: Any, role: str) -> Tuple[Dict[str, Any], str]:
     return found, ""
 
 
-def _nixl_notifications(connector: Any) -> Optional[Any]:
-    """NIXL's worker and its ``_get_new_notifs``, which returns the IDs of
-    the requests a decode side has finished reading (``get_transfer_results``
-    adds those whose lease expired to the same set)."""
+def _nixl_worker(connector: Any) -> Tuple[Optional[Any], str]:
+    """NIXL's worker, with the two methods the send side is recorded from:
+    ``_get_new_notifs`` (the IDs a decode side finished reading, in pull
+    mode) and ``_reap_expired_send_leases`` (which adds the IDs whose lease
+    expired to ``get_transfer_results``' ``finished_sending``); or ``None``
+    and why not."""
     worker = getattr(connector, "connector_worker", None)
-    method = getattr(worker, "_get_new_notifs", None)
-    if method is None or not callable(method) or _params(method) != ():
-        return None
-    return worker
+    if worker is None:
+        return None, "it has no connector_worker"
+    notifs = getattr(worker, "_get_new_notifs", None)
+    if notifs is None or not callable(notifs) or _params(notifs) != ():
+        return None, "its worker's _get_new_notifs is missing or takes parameters"
+    reap = getattr(worker, "_reap_expired_send_leases", None)
+    got = _params(reap) if callable(reap) else None
+    if got is None or got[:1] != ("done_sending",):
+        return None, f"its worker's _reap_expired_send_leases takes {got}, expected ('done_sending',)"
+    return worker, ""
 
 
 def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
@@ -143,6 +169,8 @@ def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
         )
         return False
     for name, method in hooks.items():
+        if HOOK_PARTS.get(name) in rec.broken:
+            continue
         make = _SCHEDULER_WRAPPERS.get(name) or _WORKER_WRAPPERS[name]
         wrapper = make(method, rec, connector)
         setattr(connector, name, functools.wraps(method)(wrapper))
@@ -164,6 +192,17 @@ def _finished(method: Callable, rec: Recording, connector: Any) -> Callable:
         return result
 
     return request_finished
+
+
+def _new_request(method: Callable, rec: Recording, connector: Any) -> Callable:
+    def on_new_request(request, *args, **kwargs):
+        try:
+            rec.pd_of(request)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-new", "edgemark: a decode request not registered: %r", e)
+        return method(request, *args, **kwargs)
+
+    return on_new_request
 
 
 def _after_alloc(method: Callable, rec: Recording, connector: Any) -> Callable:
@@ -201,6 +240,7 @@ def _connector_output(method: Callable, rec: Recording, connector: Any) -> Calla
 _SCHEDULER_WRAPPERS = {
     "request_finished": _finished,
     "request_finished_all_groups": _finished,
+    "on_new_request": _new_request,
     "update_state_after_alloc": _after_alloc,
     "update_connector_output": _connector_output,
 }
@@ -209,47 +249,97 @@ _SCHEDULER_WRAPPERS = {
 # -- worker side ----------------------------------------------------------------
 
 
-def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Callable:
-    worker = _nixl_notifications(connector)
-    notified: Optional[Set[str]] = None
-    if worker is not None:
-        notified = set()
-        get_new_notifs = worker._get_new_notifs
+def _send_side(rec: Recording, connector: Any) -> Optional[Tuple[Set[str], Set[str], Any]]:
+    """Wraps NIXL's worker methods the send side is recorded from (on the
+    instance), and returns the sets they fill each step: the IDs notified
+    read (send complete, recorded as they arrive) and the IDs reaped (lease
+    expired, closed as they are reaped); ``None`` (said once) when the
+    worker lacks them."""
+    worker, why = _nixl_worker(connector)
+    if worker is None:
+        rec.once.warn(
+            f"send-side-{type(connector).__qualname__}",
+            "edgemark: the KV connector %s does not say which sends completed and which leases expired (%s): "
+            "edge_first_send_complete is not recorded for it, and its requests close by the bound on open requests",
+            type(connector).__name__,
+            why,
+        )
+        return None
+    notified: Set[str] = set()
+    reaped: Set[str] = set()
+    get_new_notifs = worker._get_new_notifs
+    reap = worker._reap_expired_send_leases
 
-        @functools.wraps(get_new_notifs)
-        def _get_new_notifs(*args, **kwargs):
-            ids = get_new_notifs(*args, **kwargs)
+    @functools.wraps(get_new_notifs)
+    def _get_new_notifs(*args, **kwargs):
+        ids = get_new_notifs(*args, **kwargs)
+        try:
+            # All of them first: an ID missing here would be taken for a
+            # push that completed.
+            notified.update(ids)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
+            return ids
+        for rid in ids:
             try:
-                # All of them first: an ID missing here would be taken for a
-                # lease that expired.
-                notified.update(ids)
+                rec.sent(rid)
             except Exception as e:  # noqa: BLE001
                 rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
-                return ids
-            for rid in ids:
-                try:
-                    rec.sent(rid)
-                except Exception as e:  # noqa: BLE001
-                    rec.once.debug("w-notif", "edgemark: send complete not recorded: %r", e)
-            return ids
+        return ids
 
-        worker._get_new_notifs = _get_new_notifs
+    @functools.wraps(reap)
+    def _reap_expired_send_leases(done_sending, *args, **kwargs):
+        before = None
+        try:
+            before = set(done_sending)
+        except Exception as e:  # noqa: BLE001
+            rec.once.debug("w-reap", "edgemark: an expired lease not recorded: %r", e)
+        out = reap(done_sending, *args, **kwargs)
+        if before is not None:
+            try:
+                added = set(done_sending) - before
+                reaped.update(added)
+                for rid in added:
+                    rec.expired(rid)
+            except Exception as e:  # noqa: BLE001
+                rec.once.debug("w-reap", "edgemark: an expired lease not recorded: %r", e)
+        return out
+
+    worker._get_new_notifs = _get_new_notifs
+    worker._reap_expired_send_leases = _reap_expired_send_leases
+    return notified, reaped, worker
+
+
+def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Callable:
+    send = None if "send" in rec.broken else _send_side(rec, connector)
+    accept = "accept" not in rec.broken
 
     def get_transfer_results(finished_req_ids, *args, **kwargs):
-        if notified is not None:
-            notified.clear()
+        unsent: Any = ()
+        if send is not None:
+            send[0].clear()
+            send[1].clear()
+            try:
+                # A replicated prefill-context-parallel rank reports what it
+                # never sent as finished at once: not a send complete.
+                unsent = set(getattr(send[2], "_replicated_pcp_done_sending", ()))
+            except Exception:  # noqa: BLE001
+                unsent = ()
         results = method(finished_req_ids, *args, **kwargs)
         try:
-            sending = results.finished_sending
-            if sending:
-                for rid in sending:
-                    if notified is None:
-                        rec.sent(rid)
-                    elif rid not in notified:
-                        rec.expired(rid)
-            recving = results.finished_recving
-            if recving:
-                _accepted(rec, recving, results.failed_recving)
+            if send is not None:
+                notified, reaped, _ = send
+                sending = results.finished_sending
+                if sending:
+                    for rid in sending:
+                        if rid not in notified and rid not in reaped and rid not in unsent:
+                            # Neither read nor reaped: a push whose WRITE
+                            # completed (the push worker adds those).
+                            rec.sent(rid)
+            if accept:
+                recving = results.finished_recving
+                if recving:
+                    _accepted(rec, recving, results.failed_recving)
         except Exception as e:  # noqa: BLE001
             rec.once.debug("w-results", "edgemark: transfer results not recorded: %r", e)
         return results
@@ -298,5 +388,5 @@ TARGETS = (
 
 ENGINE_TARGETS = (
     Target("vllm.v1.core.sched.scheduler", "Scheduler", "update_from_output",
-           ("self", "scheduler_output", "model_runner_output"), wrap_update_from_output),
+           ("self", "scheduler_output", "model_runner_output"), wrap_update_from_output, part="output"),
 )  # fmt: skip
