@@ -66,6 +66,10 @@ PARTS: Dict[str, Part] = {
             Field("vllm.v1.request", "Request", "kv_transfer_params", "init"),
             Field("vllm.v1.engine", "EngineCoreRequest", "request_id"),
             Field("vllm.v1.engine", "EngineCoreRequest", "sampling_params"),
+            # Where the API server finds the parameters, and the engine's
+            # Request takes them from.
+            Field("vllm.sampling_params", "SamplingParams", "extra_args"),
+            Field("vllm.v1.request", None, "kv_transfer_params", "key"),
             Field(f"{_NIXL}.base_scheduler", None, "do_remote_decode", "key"),
             Field(f"{_NIXL}.base_scheduler", None, "remote_request_id", "key"),
         ),
