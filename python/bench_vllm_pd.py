@@ -43,21 +43,26 @@ from edgemark.vllm._recording import PD, Recording  # noqa: E402
 def runner_output(n: int):
     ids = [f"cmpl-bench-{i}-0-0123abcd" for i in range(n)]
     sampled = [[7] for _ in range(n)]
+    fields = {"req_ids": ids, "sampled_token_ids": sampled}
     try:
+        import dataclasses
+
         from vllm.v1.outputs import ModelRunnerOutput
 
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled)
-    except Exception:  # noqa: BLE001 - no vLLM: a stand-in with the same fields
-        return SimpleNamespace(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled)
+        # The release's own fields: up to 0.33 it also has req_id_to_index.
+        if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+            fields["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
+        return ModelRunnerOutput(**fields)
+    except Exception:  # noqa: BLE001 - no vLLM: a stand-in with 0.34's fields
+        return SimpleNamespace(**fields)
 
 
 def update_from_output(self, scheduler_output, model_runner_output):
     # The scheduler's loop over the step's requests, cut to what it reads.
     out = 0
-    index = model_runner_output.req_id_to_index
     sampled = model_runner_output.sampled_token_ids
-    for rid in model_runner_output.req_ids:
-        out += len(sampled[index[rid]])
+    for i, _rid in enumerate(model_runner_output.req_ids):
+        out += len(sampled[i])
     return out
 
 

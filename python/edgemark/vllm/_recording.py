@@ -372,13 +372,23 @@ class Recording(_lifecycle.Recording):
 
     def first_output(self, model_runner_output: Any) -> None:
         """The scheduler's step output: the first token of each request
-        waiting for one (``req_ids`` and ``sampled_token_ids`` line up by
-        position, in every release; 0.34 dropped ``req_id_to_index``)."""
+        waiting for one. ``req_ids`` and ``sampled_token_ids`` line up by
+        position in every release; where the output still carries
+        ``req_id_to_index`` (up to 0.33) only the waiting requests are
+        looked up, else (0.34 on) the step's IDs are walked once, as the
+        scheduler itself does."""
         awaiting = self.awaiting_output
         sampled = model_runner_output.sampled_token_ids
-        for i, rid in enumerate(model_runner_output.req_ids):
+        index = getattr(model_runner_output, "req_id_to_index", None)
+        if isinstance(index, dict):
+            found = [(index.get(rid), rid) for rid in awaiting]
+        else:
+            # Intersected in C, then only what is found is searched for.
+            ids = model_runner_output.req_ids
+            found = [(ids.index(rid), rid) for rid in awaiting.keys() & ids]
+        for i, rid in found:
             pd = awaiting.get(rid)
-            if pd is None or i >= len(sampled) or len(sampled[i]) == 0:
+            if pd is None or i is None or i >= len(sampled) or len(sampled[i]) == 0:
                 continue
             awaiting.pop(rid, None)
             self.record(pd, OUTPUT)
