@@ -15,7 +15,8 @@ use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message as _;
 
-use crate::Config;
+use crate::config::Config;
+use crate::tls::{CLIENT_CERTIFICATE_VARS, CLIENT_KEY_VARS, Tls};
 
 /// The most of an answer's body that is read: the exporter spec's
 /// recommendation (4 MiB). A success whose body is longer is a failure,
@@ -164,7 +165,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// rustls is behind it, or if the collector asked for a client
 /// certificate and none was offered (then dropping the connection is
 /// how it refuses); else worth another try.
-fn post_failed(what: &str, e: &hyper::Error, tls: Option<&crate::config::Tls>) -> PostError {
+fn post_failed(what: &str, e: &hyper::Error, tls: Option<&Tls>) -> PostError {
     if let Some(cause) = tls_cause(e) {
         return PostError::Tls(format!("{what}: TLS: {cause}"));
     }
@@ -176,8 +177,8 @@ fn post_failed(what: &str, e: &hyper::Error, tls: Option<&crate::config::Tls>) -
             "{what}: {}; the collector asked for a client certificate and none is set \
              ({} and {})",
             chain(e),
-            crate::config::CLIENT_CERTIFICATE_VARS[1],
-            crate::config::CLIENT_KEY_VARS[1]
+            CLIENT_CERTIFICATE_VARS[1],
+            CLIENT_KEY_VARS[1]
         ));
     }
     PostError::Retry(format!("{what}: {}", chain(e)), None)

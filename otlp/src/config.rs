@@ -1,19 +1,19 @@
 //! Where and how to send: the endpoint given (the exporter's builder's
 //! [`with_endpoint`](crate::ExporterBuilder::with_endpoint)) and the
-//! standard `OTEL_*` variables, each name beside its default.
+//! standard `OTEL_*` variables, each name beside its default (the
+//! certificate variables live with the TLS material, `tls.rs`, and are
+//! re-exported here).
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 use std::time::Duration;
 
 use hyper::Uri;
 use hyper::header::{HeaderName, HeaderValue};
-use rustls::RootCertStore;
-use rustls::client::ResolvesClientCert;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::sign::CertifiedKey;
+
+pub use crate::error::ConfigError;
+use crate::error::{Context, bail, err};
+use crate::tls::Tls;
+pub use crate::tls::{ALPN, CERTIFICATE_VARS, CLIENT_CERTIFICATE_VARS, CLIENT_KEY_VARS};
 
 /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: spans sent in one post.
 pub const BATCH_VAR: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
@@ -57,79 +57,11 @@ pub const HEADERS_VARS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
     "OTEL_EXPORTER_OTLP_HEADERS",
 ];
-/// The certificate variables (https only): a PEM file of the CA
-/// certificates trusted for the collector's certificate, in place of the
-/// system's roots (the default, read as `rustls-native-certs` reads them:
-/// `SSL_CERT_FILE` and `SSL_CERT_DIR` if set, else the system's store).
-pub const CERTIFICATE_VARS: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_CERTIFICATE",
-];
-/// The client key variables (https only): a PEM file of the private key
-/// for mutual TLS, with [`CLIENT_CERTIFICATE_VARS`]. By default none: no
-/// client certificate is offered.
-pub const CLIENT_KEY_VARS: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
-    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-];
-/// The client certificate variables (https only): a PEM file of the
-/// certificate chain for mutual TLS, the client's own certificate first,
-/// with [`CLIENT_KEY_VARS`].
-pub const CLIENT_CERTIFICATE_VARS: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-];
-/// The protocol offered by ALPN: the exporter speaks HTTP/1.1.
-pub const ALPN: &[u8] = b"http/1.1";
 
 /// `OTEL_SERVICE_NAME`: the resource's `service.name` (default `edgemark`).
 pub const SERVICE_NAME_VAR: &str = "OTEL_SERVICE_NAME";
 /// `OTEL_RESOURCE_ATTRIBUTES`: the resource's other attributes.
 pub const RESOURCE_VAR: &str = "OTEL_RESOURCE_ATTRIBUTES";
-
-/// A setting that cannot be used: what is wrong and what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    message: String,
-    /// No endpoint was given and none is set in the environment.
-    missing_endpoint: bool,
-}
-
-impl ConfigError {
-    /// Whether it says that no endpoint was given and none is set in the
-    /// environment (a program may say so in its own terms: which option
-    /// gives one).
-    pub fn is_missing_endpoint(&self) -> bool {
-        self.missing_endpoint
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-macro_rules! err {
-    ($($t:tt)*) => { ConfigError { message: format!($($t)*), missing_endpoint: false } };
-}
-
-macro_rules! bail {
-    ($($t:tt)*) => { return Err(err!($($t)*)) };
-}
-
-/// `with_context` for the errors met while reading the settings.
-trait Context<T> {
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, ConfigError>;
-}
-
-impl<T, E: fmt::Display> Context<T> for Result<T, E> {
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, ConfigError> {
-        self.map_err(|e| err!("{}: {e}", what()))
-    }
-}
 
 /// Where and how to send: the endpoint given and the standard `OTEL_*`
 /// variables, with what the exporter's builder sets over them.
@@ -155,200 +87,6 @@ pub struct Config {
     pub(crate) gzip: bool,
     /// For an `https://` URL: the TLS settings.
     pub(crate) tls: Option<Tls>,
-}
-
-/// The TLS settings of an `https://` URL.
-#[derive(Debug, Clone)]
-pub(crate) struct Tls {
-    /// rustls' client configuration: the roots, the client certificate if
-    /// any, ALPN `http/1.1`.
-    pub(crate) client: Arc<rustls::ClientConfig>,
-    /// The name the collector's certificate is checked against, sent as
-    /// SNI (not for an IP address): the URL's host.
-    pub(crate) server_name: ServerName<'static>,
-    /// Without a client certificate: whether a collector asked for one.
-    pub(crate) no_client_cert: Option<Arc<NoClientCert>>,
-    /// The CA file trusted instead of the system's roots, if any.
-    ca_file: Option<PathBuf>,
-    /// The client certificate file, if any.
-    client_certificate: Option<PathBuf>,
-}
-
-/// No client certificate to offer, as rustls' default; but noting that a
-/// collector asked for one, so that a connection it then drops (TLS 1.3
-/// refuses a missing client certificate only after the handshake, often
-/// by closing) is said as a TLS failure, with what to set.
-/// The exporter makes one connection at a time, and clears the note before
-/// each: it tells of the connection in use.
-#[derive(Debug, Default)]
-pub(crate) struct NoClientCert {
-    asked: Mutex<bool>,
-}
-
-impl NoClientCert {
-    /// Whether the collector asked for a client certificate since
-    /// [`clear`](Self::clear).
-    pub(crate) fn asked(&self) -> bool {
-        *self.asked.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Before a new connection.
-    pub(crate) fn clear(&self) {
-        *self.asked.lock().unwrap_or_else(|e| e.into_inner()) = false;
-    }
-}
-
-impl ResolvesClientCert for NoClientCert {
-    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
-        *self.asked.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        None
-    }
-
-    fn has_certs(&self) -> bool {
-        false
-    }
-}
-
-/// The file a certificate variable names, read.
-fn read_file(var: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
-    std::fs::read(path).map_err(|e| err!("{var}={}: cannot read the file: {e}", path.display()))
-}
-
-/// The certificates of the PEM file `path` that `var` names: at least one.
-fn certificates(var: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
-    let pem = read_file(var, path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err!("{var}={}: not a PEM file: {e}", path.display()))?;
-    if certs.is_empty() {
-        bail!(
-            "{var}={}: the file holds no certificate (a PEM block \
-             -----BEGIN CERTIFICATE-----)",
-            path.display()
-        );
-    }
-    Ok(certs)
-}
-
-/// The private key of the PEM file `path` that `var` names.
-fn private_key(var: &str, path: &Path) -> Result<PrivateKeyDer<'static>, ConfigError> {
-    let pem = read_file(var, path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => err!(
-            "{var}={}: the file holds no private key (a PEM block -----BEGIN PRIVATE KEY-----, \
-             -----BEGIN RSA PRIVATE KEY----- or -----BEGIN EC PRIVATE KEY-----)",
-            path.display()
-        ),
-        e => err!("{var}={}: not a PEM file: {e}", path.display()),
-    })
-}
-
-impl Tls {
-    /// The TLS settings for `url`, whose host is `host`, from the
-    /// certificate variables `env` reads.
-    fn new(
-        url: &str,
-        host: &str,
-        env: &impl Fn(&str) -> Option<String>,
-    ) -> Result<Tls, ConfigError> {
-        // A bracketed IPv6 host is an address without its brackets.
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let server_name = ServerName::try_from(bare.to_owned())
-            .map_err(|e| err!("{url}: {host} cannot be checked against a certificate: {e}"))?;
-        let mut roots = RootCertStore::empty();
-        let ca_file = match first(env, &CERTIFICATE_VARS) {
-            Some((var, path)) => {
-                let path = PathBuf::from(path);
-                for (i, cert) in certificates(&var, &path)?.into_iter().enumerate() {
-                    roots.add(cert).map_err(|e| {
-                        err!(
-                            "{var}={}: certificate {} of the file is not a CA certificate \
-                             rustls can use: {e}",
-                            path.display(),
-                            i + 1
-                        )
-                    })?;
-                }
-                Some(path)
-            }
-            None => {
-                let found = rustls_native_certs::load_native_certs();
-                let (added, _) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    let why = found
-                        .errors
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    bail!(
-                        "{url}: no trusted root certificates were found on this system{}: \
-                         install them (Debian: ca-certificates), or set {} to a PEM file \
-                         of the CA certificates to trust",
-                        if why.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({why})")
-                        },
-                        CERTIFICATE_VARS[1]
-                    );
-                }
-                None
-            }
-        };
-        // ring: builds with a C compiler alone, where aws-lc-rs needs cmake.
-        // rustls 0.23.48 deprecates it for lacking post-quantum key exchange
-        // (X25519MLKEM768, aws-lc-rs only); its classical suites and groups
-        // are the ones collectors accept.
-        #[allow(deprecated)]
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| err!("{url}: TLS cannot be set up: {e}"))?
-            .with_root_certificates(roots);
-        let key = first(env, &CLIENT_KEY_VARS);
-        let chain = first(env, &CLIENT_CERTIFICATE_VARS);
-        let mut no_client_cert = None;
-        let (mut client, client_certificate) = match (key, chain) {
-            (None, None) => {
-                let none = Arc::new(NoClientCert::default());
-                no_client_cert = Some(Arc::clone(&none));
-                (builder.with_client_cert_resolver(none), None)
-            }
-            (Some((var, _)), None) => bail!(
-                "{var} is set but not {}: a client key needs its certificate \
-                 (mutual TLS takes both)",
-                CLIENT_CERTIFICATE_VARS[1]
-            ),
-            (None, Some((var, _))) => bail!(
-                "{var} is set but not {}: a client certificate needs its key \
-                 (mutual TLS takes both)",
-                CLIENT_KEY_VARS[1]
-            ),
-            (Some((key_var, key_path)), Some((cert_var, cert_path))) => {
-                let (key_path, cert_path) = (PathBuf::from(key_path), PathBuf::from(cert_path));
-                let key = private_key(&key_var, &key_path)?;
-                let chain = certificates(&cert_var, &cert_path)?;
-                let client = builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    err!(
-                        "{key_var}={} and {cert_var}={}: the key and the certificate \
-                         cannot be used together: {e}",
-                        key_path.display(),
-                        cert_path.display()
-                    )
-                })?;
-                (client, Some(cert_path))
-            }
-        };
-        client.alpn_protocols = vec![ALPN.to_vec()];
-        Ok(Tls {
-            client: Arc::new(client),
-            server_name,
-            no_client_cert,
-            ca_file,
-            client_certificate,
-        })
-    }
 }
 
 /// The first of `names` set (and not empty) in `env`, with its name.
@@ -619,14 +357,11 @@ impl Config {
                 None => match first(&env, &[ENDPOINT_VAR]) {
                     Some((_, base)) => join(&base),
                     None => {
-                        return Err(ConfigError {
-                            message: format!(
-                                "no collector URL: none given, and neither {ENDPOINT_VAR} nor \
-                                 {TRACES_ENDPOINT_VAR} is set (for example \
-                                 {ENDPOINT_VAR}=http://127.0.0.1:4318)"
-                            ),
-                            missing_endpoint: true,
-                        });
+                        return Err(ConfigError::missing_endpoint(format!(
+                            "no collector URL: none given, and neither {ENDPOINT_VAR} nor \
+                             {TRACES_ENDPOINT_VAR} is set (for example \
+                             {ENDPOINT_VAR}=http://127.0.0.1:4318)"
+                        )));
                     }
                 },
             },
@@ -645,7 +380,13 @@ impl Config {
         let authority = format!("{host}:{port}");
         let mut warnings = Vec::new();
         let tls = if https {
-            Some(Tls::new(&url, host, &env)?)
+            Some(Tls::new(
+                &url,
+                host,
+                first(&env, &CERTIFICATE_VARS),
+                first(&env, &CLIENT_KEY_VARS),
+                first(&env, &CLIENT_CERTIFICATE_VARS),
+            )?)
         } else {
             // Said once, at start: the files are not read.
             for vars in [

@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
-use crate::Config;
+use crate::config::Config;
 use crate::mapping::{attribute, string};
 
 /// The export request of `spans` under `config`'s resource.

@@ -76,12 +76,14 @@
 //! id.
 //!
 //! The crate is laid out as the OpenTelemetry exporters are: [`config`]
-//! (the variables, each beside its default), `exporter` (the builder, the
-//! running exporter and its stopper), [`mapping`] (spans), [`envelope`]
-//! (the export request), [`queue`], [`client`] (HTTP), `send` (batches,
-//! retries, acknowledgment), `drain` (the ring), `shared` (what the drain
-//! and the sender share), `region` (the region file it attaches),
-//! [`follow`] (the file's identity) and [`stats`] (prometheus-client).
+//! (the variables, each beside its default), `tls` (the certificate files
+//! of an `https://` URL), `error` ([`ConfigError`]), `exporter` (the
+//! builder, the running exporter and its stopper), [`mapping`] (spans),
+//! [`envelope`] (the export request), [`queue`], [`client`] (HTTP), `send`
+//! (batches, retries, acknowledgment), `drain` (the ring), `shared` (what
+//! the drain and the sender share), `region` (the region file it
+//! attaches), [`follow`] (the file's identity) and [`stats`]
+//! (prometheus-client).
 
 #![warn(missing_docs)]
 
@@ -94,10 +96,12 @@ pub mod queue;
 pub mod stats;
 
 mod drain;
+mod error;
 mod exporter;
 mod region;
 mod send;
 mod shared;
+mod tls;
 
 pub use config::{Config, ConfigError};
 pub use exporter::{Exporter, ExporterBuilder, FLUSH_DEADLINE, StartError, Stopper};
