@@ -9,12 +9,11 @@ use edgemark::ClosedReader;
 use edgemark::trace::ClosedRequest;
 
 use crate::config::Config;
-use crate::exporter::FLUSH_DEADLINE;
 use crate::follow::file_identity;
 use crate::mapping::{Naming, request_spans};
 use crate::queue::Queued;
 use crate::region::RegionFile;
-use crate::shared::Shared;
+use crate::shared::{FLUSH_DEADLINE, Shared};
 use crate::stats::Stats;
 
 /// Closed requests taken from the ring by one drain call.

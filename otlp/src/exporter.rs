@@ -10,15 +10,9 @@ use edgemark::ClosedReader;
 use crate::config::{Config, ConfigError, Overrides};
 use crate::queue::Queued;
 use crate::region::RegionFile;
-use crate::shared::Shared;
+use crate::shared::{FLUSH_DEADLINE, Shared};
 use crate::stats::Stats;
 use crate::{drain, send};
-
-/// How long the exporter goes on sending what it holds once it is stopped
-/// ([`Stopper::stop`]) or its run ends
-/// ([`ExporterBuilder::run_for`]), before it gives the rest back to the
-/// ring for the next exporter.
-pub const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Reads one environment variable.
 type Env = Box<dyn Fn(&str) -> Option<String> + Send>;

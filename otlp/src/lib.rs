@@ -81,9 +81,9 @@
 //! builder, the running exporter and its stopper), [`mapping`] (spans),
 //! [`envelope`] (the export request), [`queue`], [`client`] (HTTP), `send`
 //! (batches, retries, acknowledgment), `drain` (the ring), `shared` (what
-//! the drain and the sender share), `region` (the region file it
-//! attaches), [`follow`] (the file's identity) and [`stats`]
-//! (prometheus-client).
+//! the drain and the sender share, and how long a stopped exporter goes on
+//! sending), `region` (the region file it attaches), [`follow`] (the
+//! file's identity) and [`stats`] (prometheus-client).
 
 #![warn(missing_docs)]
 
@@ -104,6 +104,7 @@ mod shared;
 mod tls;
 
 pub use config::{Config, ConfigError};
-pub use exporter::{Exporter, ExporterBuilder, FLUSH_DEADLINE, StartError, Stopper};
+pub use exporter::{Exporter, ExporterBuilder, StartError, Stopper};
 pub use send::RETRY_FOR;
+pub use shared::FLUSH_DEADLINE;
 pub use stats::Stats;

@@ -4,12 +4,18 @@
 //! one thread, so this is plain cells, no locks.
 
 use std::cell::{Cell, RefCell};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::queue::Queue;
 use crate::stats::Stats;
+
+/// How long the exporter goes on sending what it holds once it is stopped
+/// ([`Stopper::stop`](crate::Stopper::stop)) or its run ends
+/// ([`ExporterBuilder::run_for`](crate::ExporterBuilder::run_for)), before
+/// it gives the rest back to the ring for the next exporter.
+pub const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The state of one running exporter, shared by its drain and its sender.
 pub(crate) struct Shared {
