@@ -27,6 +27,24 @@ pub struct AttachOptions {
     pub(crate) expect_edges: Option<Vec<Edge>>,
 }
 
+impl Recorder {
+    /// Attaches to an existing region file with default options: the same as
+    /// `AttachOptions::new().attach(path)`.
+    #[cfg(not(edgemark_loom))]
+    pub fn attach(path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
+        AttachOptions::new().attach(path)
+    }
+}
+
+impl Viewer {
+    /// Attaches to an existing region file to read it only, with default
+    /// options: the same as `AttachOptions::new().view(path)`.
+    #[cfg(not(edgemark_loom))]
+    pub fn attach(path: impl AsRef<Path>) -> Result<Viewer, AttachError> {
+        AttachOptions::new().view(path)
+    }
+}
+
 impl AttachOptions {
     /// Default options: the region must share this process's clock and
     /// belong to this user.

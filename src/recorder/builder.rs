@@ -39,6 +39,13 @@ pub struct RegionBuilder {
     bad_domain: Option<SchemaError>,
 }
 
+impl Recorder {
+    /// A builder for a new region.
+    pub fn builder() -> RegionBuilder {
+        RegionBuilder::new()
+    }
+}
+
 impl Default for RegionBuilder {
     fn default() -> RegionBuilder {
         RegionBuilder {

@@ -24,36 +24,6 @@ impl Viewer {
 }
 
 impl Recorder {
-    /// Begins a request under the context of a `traceparent` header value
-    /// as the record path gets it (from a caller's headers): a malformed
-    /// value never fails the request. It is ignored, the request begins in
-    /// a new trace, and it is counted
-    /// ([`Counters::bad_trace_contexts`](crate::report::Counters::bad_trace_contexts)).
-    /// At a boundary that can refuse (a command line, an API argument),
-    /// parse it as a [`TraceContext`] instead and report the error.
-    ///
-    /// ```
-    /// # use edgemark::Recorder;
-    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// let t = rec.begin_with_traceparent("00-not-a-trace").unwrap();
-    /// assert_eq!(rec.counters().bad_trace_contexts, 1);
-    /// assert!(rec.trace_context(t).is_some());
-    /// ```
-    pub fn begin_with_traceparent(
-        &self,
-        traceparent: &str,
-    ) -> Result<Token, crate::outcome::Outcome> {
-        match traceparent.parse::<TraceContext>() {
-            Ok(parent) => self.begin_traced(Some(parent)),
-            Err(_) => {
-                if let Some(Live { proto, .. }) = self.live() {
-                    proto.count_bad_trace();
-                }
-                self.begin_traced(None)
-            }
-        }
-    }
-
     /// Takes up to `max` closed requests from the region's ring of closed
     /// requests, oldest first, appending them to `out`.
     ///

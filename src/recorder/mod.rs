@@ -2,12 +2,14 @@
 //!
 //! This file holds the handle, what it keeps of its region, and a
 //! request's life (begin, start segment, close, snapshot); `record.rs` the
-//! record path, `sweep.rs` the reads of every slot (sweeps, reclaims,
-//! histograms), `info.rs` what the region declares and counts,
-//! `builder.rs` and `attach.rs` the two ways to a recorder.
+//! record path, `recorded.rs` the fenced read of one cell, `sweep.rs` the
+//! reads of every slot (sweeps, reclaims, histograms), `info.rs` what the
+//! region declares and counts, `closed.rs` a request's trace context and
+//! the drain of closed requests, `builder.rs` and `attach.rs` the two ways
+//! to a recorder.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::catalog::Catalog;
@@ -16,9 +18,8 @@ use crate::mark::{Edge, EdgeIndex};
 use crate::outcome::Outcome;
 use crate::process;
 use crate::protocol::{Both, Closed, Discard, Occupant, Proto, ReadInto, RingWrite, Tally};
-use crate::region::{self, AttachError, Header, Storage};
+use crate::region::{self, Header, Storage};
 use crate::report::PidsUnjudged;
-use crate::schema::EventId;
 use crate::snapshot::{Refill, RequestState, Snapshot, has_unknown};
 use crate::token::{RegionId, Token};
 use crate::trace::{SlotTrace, TraceContext};
@@ -30,6 +31,7 @@ mod closed;
 mod info;
 mod reader;
 mod record;
+mod recorded;
 mod sweep;
 
 pub use attach::AttachOptions;
@@ -384,18 +386,6 @@ impl Recorder {
 }
 
 impl Recorder {
-    /// A builder for a new region.
-    pub fn builder() -> RegionBuilder {
-        RegionBuilder::new()
-    }
-
-    /// Attaches to an existing region file with default options: the same as
-    /// `AttachOptions::new().attach(path)`.
-    #[cfg(not(edgemark_loom))]
-    pub fn attach(path: impl AsRef<Path>) -> Result<Recorder, AttachError> {
-        AttachOptions::new().attach(path)
-    }
-
     /// A recorder that records nothing: every call returns
     /// [`Outcome::Disabled`] or an empty snapshot.
     pub const fn disabled() -> Recorder {
@@ -418,13 +408,6 @@ impl Recorder {
 }
 
 impl Viewer {
-    /// Attaches to an existing region file to read it only, with default
-    /// options: the same as `AttachOptions::new().view(path)`.
-    #[cfg(not(edgemark_loom))]
-    pub fn attach(path: impl AsRef<Path>) -> Result<Viewer, AttachError> {
-        AttachOptions::new().view(path)
-    }
-
     fn from_header(
         storage: Storage,
         header: Header,
@@ -528,6 +511,33 @@ impl Recorder {
         }
     }
 
+    /// Begins a request under the context of a `traceparent` header value
+    /// as the record path gets it (from a caller's headers): a malformed
+    /// value never fails the request. It is ignored, the request begins in
+    /// a new trace, and it is counted
+    /// ([`Counters::bad_trace_contexts`](crate::report::Counters::bad_trace_contexts)).
+    /// At a boundary that can refuse (a command line, an API argument),
+    /// parse it as a [`TraceContext`] instead and report the error.
+    ///
+    /// ```
+    /// # use edgemark::Recorder;
+    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
+    /// let t = rec.begin_with_traceparent("00-not-a-trace").unwrap();
+    /// assert_eq!(rec.counters().bad_trace_contexts, 1);
+    /// assert!(rec.trace_context(t).is_some());
+    /// ```
+    pub fn begin_with_traceparent(&self, traceparent: &str) -> Result<Token, Outcome> {
+        match traceparent.parse::<TraceContext>() {
+            Ok(parent) => self.begin_traced(Some(parent)),
+            Err(_) => {
+                if let Some(Live { proto, .. }) = self.live() {
+                    proto.count_bad_trace();
+                }
+                self.begin_traced(None)
+            }
+        }
+    }
+
     /// Starts segment `segment` on `edge` of the request: a control
     /// operation (recording never advances a segment). The old segment is
     /// fenced: later records for it are refused as
@@ -604,20 +614,6 @@ impl Recorder {
     pub fn snapshot(&self, token: Token) -> Snapshot {
         self.view.snapshot(token)
     }
-
-    /// Whether `event` of segment `segment` of `edge` is recorded for the
-    /// request, read after a full fence: the same as [`Viewer::recorded`]
-    /// of this recorder's viewer, which says when to call it.
-    #[inline]
-    pub fn recorded(
-        &self,
-        token: Token,
-        edge: impl Into<Edge>,
-        event: impl Into<EventId>,
-        segment: u32,
-    ) -> bool {
-        self.view.recorded(token, edge, event, segment)
-    }
 }
 
 impl Viewer {
@@ -634,89 +630,5 @@ impl Viewer {
         }
         fill.finish(RequestState::Open, proto.words);
         snap
-    }
-
-    /// Whether `event` of segment `segment` of `edge` is recorded for the
-    /// open request `token`: the read of a decision that two parties make
-    /// from each other's records, fenced so that they cannot both miss.
-    ///
-    /// The case it is for: party A records event X and then asks whether
-    /// event Y is in; party B records Y and then asks whether X is in;
-    /// whoever sees both closes the request. Read as a snapshot reads
-    /// (Acquire loads after the record's Release compare-and-swap), both
-    /// may miss the other's record on a weakly ordered CPU (Arm, POWER:
-    /// store buffering), and nobody closes. This call issues a
-    /// sequentially consistent fence before it reads, so when each party
-    /// calls it after its own record (a [`Recorder::record`] that returned
-    /// [`Outcome::Recorded`], or [`Outcome::Duplicate`] for a value
-    /// another writer got in first), at least one of them sees the
-    /// other's event. Both may see both: the close is idempotent. The
-    /// fence costs one full barrier (tens of cycles on x86), on this call
-    /// only: the record path is unchanged (`docs/design.md`, "A fenced
-    /// read for a close decision", says why that is enough).
-    ///
-    /// `false` for a token that names no open request (closed, reused, of
-    /// another region, disabled), an undeclared edge or an event the
-    /// schema lacks, a segment not started or no longer kept, and an event
-    /// not recorded yet. It never fails and never writes.
-    ///
-    /// ```
-    /// # use edgemark::{Edge, Event::*, Mark, Recorder};
-    /// let rec = Recorder::builder().edge(0, 1).create_in_memory().unwrap();
-    /// let t = rec.begin().unwrap();
-    /// let e01 = Edge::new(0, 1);
-    /// // The producer's send thread: its event, then a look at the consumer's.
-    /// rec.record(t, Mark::new(e01, EdgeFirstSendComplete));
-    /// assert!(!rec.recorded(t, e01, ConsumerFirstNonemptyOutput, 0));
-    /// // The consumer: its event, then a look at the producer's; it sees both
-    /// // and closes.
-    /// rec.record(t, Mark::new(e01, ConsumerFirstNonemptyOutput));
-    /// assert!(rec.recorded(t, e01, EdgeFirstSendComplete, 0));
-    /// rec.close(t);
-    /// assert!(!rec.recorded(t, e01, EdgeFirstSendComplete, 0), "closed");
-    /// ```
-    pub fn recorded(
-        &self,
-        token: Token,
-        edge: impl Into<Edge>,
-        event: impl Into<EventId>,
-        segment: u32,
-    ) -> bool {
-        self.cell_of(token, edge.into(), event.into())
-            .is_some_and(|(proto, req, edge, event)| proto.recorded(req, edge, segment, event))
-    }
-
-    /// [`Viewer::recorded`] without its fence, as a snapshot would read the
-    /// cell: only in the loom build, whose model m12b shows that two
-    /// parties can then both miss each other's record.
-    #[cfg(edgemark_loom)]
-    #[doc(hidden)]
-    pub fn recorded_unfenced(
-        &self,
-        token: Token,
-        edge: impl Into<Edge>,
-        event: impl Into<EventId>,
-        segment: u32,
-    ) -> bool {
-        self.cell_of(token, edge.into(), event.into())
-            .is_some_and(|(proto, req, edge, event)| proto.holds_value(req, edge, segment, event))
-    }
-
-    /// The protocol view, the request, and the indexes of `edge` and
-    /// `event` for a read of one cell: `None` when disabled, for a token
-    /// that cannot name a request of this region, an undeclared edge or an
-    /// event the schema lacks.
-    fn cell_of(
-        &self,
-        token: Token,
-        edge: Edge,
-        event: EventId,
-    ) -> Option<(Proto<'_>, Occupant, usize, usize)> {
-        let (Live { inner, proto }, req) = self.live_for(token)?;
-        if u32::from(event.0) >= inner.header.layout.events {
-            return None;
-        }
-        let edge = inner.edge(edge).ok()?;
-        Some((proto, req, edge, usize::from(event.0)))
     }
 }

@@ -443,3 +443,118 @@ impl Viewer {
         Ok(h)
     }
 }
+
+#[cfg(all(test, not(edgemark_loom)))]
+mod tests {
+    use super::*;
+    use crate::mark::{Edge, Mark};
+    use crate::outcome::Outcome;
+    use crate::schema::{Event, Schema};
+
+    const E01: Edge = Edge::new(0, 1);
+    const E12: Edge = Edge::new(1, 2);
+
+    /// A region whose open requests have every shape a sweep meets: nothing
+    /// recorded, one event, every event of both edges, segments that left
+    /// the window, a value in a registered domain; and a closed request.
+    fn every_shape() -> (Recorder, Vec<Token>) {
+        let rec = Recorder::builder()
+            .edge(0, 1)
+            .edge(1, 2)
+            .segments(2)
+            .slots(16)
+            .create_in_memory()
+            .unwrap();
+        let record = |t, mark| assert_eq!(rec.record(t, mark), Outcome::Recorded);
+        let idle = rec.begin().unwrap();
+        let one = rec.begin().unwrap();
+        record(one, Mark::new(E12, Event::ALL[1]));
+        let closed = rec.begin().unwrap();
+        record(closed, Mark::new(E01, Event::ALL[0]));
+        let full = rec.begin().unwrap();
+        for edge in [E01, E12] {
+            for event in Event::ALL {
+                record(full, Mark::new(edge, event).chunk_seq(3));
+            }
+        }
+        let segmented = rec.begin().unwrap();
+        for seg in 0..4 {
+            if seg > 0 {
+                assert_eq!(rec.start_segment(segmented, E01, seg), Outcome::Started);
+            }
+            record(segmented, Mark::new(E01, Event::ALL[2]).segment(seg));
+        }
+        let elsewhere = rec.begin().unwrap();
+        let mark = Mark::new(E12, Event::ALL[3]);
+        assert!(
+            rec.record_elapsed(elsewhere, mark, 2.5, "worker")
+                .is_success()
+        );
+        rec.close(closed);
+        (rec, vec![idle, one, full, segmented, elsewhere])
+    }
+
+    #[test]
+    fn every_sweep_gives_the_snapshots_of_single_reads() {
+        let (rec, tokens) = every_shape();
+        let single: Vec<(Token, Snapshot)> = tokens.iter().map(|&t| (t, rec.snapshot(t))).collect();
+        assert_eq!(single[3].1.segments().len(), 2);
+        assert_eq!(single[3].1.dropped_segments(), 2);
+        assert_eq!(
+            single[4].1.segments()[0].domain(Event::ALL[3]),
+            Some("worker")
+        );
+
+        let mut lent = Vec::new();
+        rec.for_each_open(|t, s| lent.push((t, s.clone()))).unwrap();
+        assert_eq!(lent, single);
+        assert_eq!(rec.snapshot_open().unwrap(), single);
+        let json = |v: &[(Token, Snapshot)]| v.iter().map(|(_, s)| s.to_json()).collect::<Vec<_>>();
+        assert_eq!(json(&lent), json(&single));
+
+        // A buffer filled by a sweep of another region, with another
+        // schema and more requests, is refilled as a fresh one.
+        let schema = Schema::empty()
+            .with_event("only", "host_monotonic", true)
+            .unwrap();
+        let other = Recorder::builder()
+            .edge(0, 1)
+            .schema(schema)
+            .create_in_memory()
+            .unwrap();
+        for _ in 0..8 {
+            let t = other.begin().unwrap();
+            other.record(t, Mark::new(E01, crate::schema::EventId(0)).chunk_seq(1));
+        }
+        let mut kept = Vec::new();
+        other.snapshot_open_into(&mut kept).unwrap();
+        assert_eq!(kept.len(), 8);
+        rec.snapshot_open_into(&mut kept).unwrap();
+        assert_eq!(kept, single);
+        assert_eq!(json(&kept), json(&single));
+        // And back.
+        other.snapshot_open_into(&mut kept).unwrap();
+        assert_eq!(kept, other.snapshot_open().unwrap());
+        assert_eq!(kept[0].1.segments()[0].first_chunk_seq(), Some(1));
+    }
+
+    #[test]
+    fn a_lent_snapshot_cloned_outlives_its_sweep_and_recorder() {
+        let (rec, tokens) = every_shape();
+        let mut kept = None;
+        rec.for_each_open(|t, s| {
+            if t == tokens[2] {
+                kept = Some(s.clone());
+            }
+        })
+        .unwrap();
+        let expected = rec.snapshot(tokens[2]).to_json();
+        drop(rec);
+        let kept = kept.unwrap();
+        assert_eq!(kept.to_json(), expected);
+        let seg = kept.segment(E01, 0).unwrap().clone();
+        drop(kept);
+        assert_eq!(seg.first_chunk_seq(), Some(3));
+        assert_eq!(seg.domain(Event::ALL[0]), Some("host_monotonic"));
+    }
+}
