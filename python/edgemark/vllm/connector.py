@@ -315,7 +315,7 @@ def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Calla
     accept = "accept" not in rec.broken
 
     def get_transfer_results(finished_req_ids, *args, **kwargs):
-        unsent: Any = ()
+        unsent = frozenset()
         if send is not None:
             send[0].clear()
             send[1].clear()
@@ -324,7 +324,7 @@ def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Calla
                 # never sent as finished at once: not a send complete.
                 unsent = set(getattr(send[2], "_replicated_pcp_done_sending", ()))
             except Exception:  # noqa: BLE001
-                unsent = ()
+                unsent = frozenset()
         results = method(finished_req_ids, *args, **kwargs)
         try:
             if send is not None:
