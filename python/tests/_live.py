@@ -21,6 +21,16 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
+#: The edge each real pipeline of the tests records into (P/D: prefill to
+#: decode; vLLM-Omni: stage 0 to stage 1), and its four events in order.
+EDGE = "0->1:0"
+EVENTS = (
+    "producer_first_nonempty_emit",
+    "edge_first_send_complete",
+    "consumer_first_accept",
+    "consumer_first_nonempty_output",
+)
+
 
 _REQUIRE = ("EDGEMARK_REQUIRE_VLLM_OMNI", "EDGEMARK_REQUIRE_VLLM", "EDGEMARK_REQUIRE_OTEL")
 

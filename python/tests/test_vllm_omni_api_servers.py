@@ -55,7 +55,7 @@ import time
 import pytest
 
 import _live
-from _live import missing, need_vllm_omni
+from _live import EDGE, EVENTS, missing, need_vllm_omni
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_server")
@@ -71,13 +71,6 @@ API_SERVERS = 2
 #: requests the chance that all went to one of two servers is 2**-15).
 MIN_REQUESTS, MAX_REQUESTS = 8, 16
 TEXT = "Hello from the edgemark test."
-EDGE = "0->1:0"
-EVENTS = (
-    "producer_first_nonempty_emit",
-    "edge_first_send_complete",
-    "consumer_first_accept",
-    "consumer_first_nonempty_output",
-)
 PREFIX = "edgemark-vllm-omni-"
 
 

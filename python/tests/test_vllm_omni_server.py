@@ -48,19 +48,22 @@ import time
 import pytest
 
 import _live
-from _live import edgemark_bin, http_get, metric, missing, need_vllm_omni, phoenix_bin, phoenix_spans
+from _live import (
+    EDGE,
+    EVENTS,
+    edgemark_bin,
+    http_get,
+    metric,
+    missing,
+    need_vllm_omni,
+    phoenix_bin,
+    phoenix_spans,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_server")
 #: A bound on each wait, never a timing that is asserted.
 PATIENCE_S = 900.0
-EDGE = "0->1:0"
-EVENTS = (
-    "producer_first_nonempty_emit",
-    "edge_first_send_complete",
-    "consumer_first_accept",
-    "consumer_first_nonempty_output",
-)
 
 
 need_vllm_omni()

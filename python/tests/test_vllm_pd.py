@@ -37,7 +37,7 @@ import threading
 import pytest
 
 import edgemark
-from _live import load_support, need_vllm_nixl, wait_for
+from _live import EDGE, EVENTS, load_support, need_vllm_nixl, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_vllm")
@@ -53,13 +53,6 @@ PATIENCE_S = 900.0
 LEASE_S = 120
 #: A bound on each HTTP step of a request, never a timing that is asserted.
 STEP_S = 600.0
-EDGE = "0->1:0"
-EVENTS = (
-    "producer_first_nonempty_emit",
-    "edge_first_send_complete",
-    "consumer_first_accept",
-    "consumer_first_nonempty_output",
-)
 
 
 need_vllm_nixl()

@@ -64,7 +64,7 @@ import time
 
 import pytest
 
-from _live import load_support, missing, need_vllm_nixl, wait_for
+from _live import EDGE, EVENTS, load_support, missing, need_vllm_nixl, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_vllm")
@@ -92,13 +92,6 @@ LEAK_LEASE_S = 300
 #: Tokens a decode of the leak test's first requests generates: enough for
 #: the decode instance to be busy with them when it is killed.
 LONG_TOKENS = 1500
-EDGE = "0->1:0"
-EVENTS = (
-    "producer_first_nonempty_emit",
-    "edge_first_send_complete",
-    "consumer_first_accept",
-    "consumer_first_nonempty_output",
-)
 PREFILL_EVENTS, DECODE_EVENTS = EVENTS[:2], EVENTS[2:]
 #: The name the plugin gives a region in a container (its API server is PID 1).
 REGION_NAME = re.compile(r"edgemark-vllm-1-[0-9a-f]{16}\.region")

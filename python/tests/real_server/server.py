@@ -25,12 +25,10 @@ speech endpoint does not take it as the request id.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -42,26 +40,14 @@ HERE = Path(__file__).resolve().parent
 DEPLOY_FILE = HERE / "qwen3_tts_cpu.yaml"
 CPU_PLATFORM = HERE / "cpu_platform"
 
-# The default cache for the environments and the tiny model; tests should
-# take theirs from an argument or the environment.
-DEFAULT_CACHE_DIR = "/var/cache/edgemark"
+# The process group and the HTTP the real-server suites share (``../_server.py``).
+if str(HERE.parent) not in sys.path:
+    sys.path.append(str(HERE.parent))
+from _server import CPU_ENV, HOST, HTTPError, ServerProcess, bin_dir, free_port, post  # noqa: E402
 
-# What the server's environment needs on the CPU: KV cache per stage (GiB),
-# no model hub, one OpenMP thread per process (two cores, five processes).
-SERVER_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "OMP_NUM_THREADS": "1",
-}
-
-HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+# What the server's environment needs on the CPU (two cores, five processes:
+# one OpenMP thread each).
+SERVER_ENV = dict(CPU_ENV)
 
 
 def install_cpu_platform(python: str | os.PathLike) -> None:
@@ -76,41 +62,17 @@ def install_cpu_platform(python: str | os.PathLike) -> None:
         )
 
 
-def _bin_dir(python: str | os.PathLike) -> Path:
-    # Not resolved: a venv's python is a symlink to the base interpreter.
-    return Path(python).absolute().parent
-
-
-def _group_pids(pgid: int) -> list[int]:
-    """Live processes whose process group is `pgid` (from /proc)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        # Fields after the command name, which is in parentheses.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state != "Z":
-            pids.append(int(entry))
-    return sorted(pids)
-
-
-class ServerDied(RuntimeError):
-    """The server process ended before it was ready."""
-
-
-class OmniServer:
+class OmniServer(ServerProcess):
     """A ``vllm-omni serve`` process group (context manager: start, stop).
 
     `env` is laid over this process's environment without its ``EDGEMARK_*``
     variables and over ``SERVER_ENV``; so the edgemark plugin stays off unless
-    `env` sets ``EDGEMARK_VLLM_OMNI``.
+    `env` sets ``EDGEMARK_VLLM_OMNI``. The API server listens only once
+    every stage is up, so a speech request works once ``wait_ready``
+    returns.
     """
+
+    name = "vllm-omni serve"
 
     def __init__(
         self,
@@ -122,23 +84,13 @@ class OmniServer:
         log_path: str | os.PathLike | None = None,
         extra_args: tuple[str, ...] = (),
     ):
-        self.python = Path(python)
+        super().__init__(python, port, env, log_path, extra_args)
         self.model_dir = str(model_dir)
         self.deploy_file = str(deploy_file)
-        self.port = int(port)
-        self.env = dict(env or {})
-        self.log_path = Path(log_path) if log_path is not None else Path(tempfile.mkstemp(suffix=".log")[1])
-        self.extra_args = tuple(extra_args)
-        self.proc: subprocess.Popen | None = None
-        self.pid: int | None = None
-        self.started_at: float | None = None
-        self.ready_after: float | None = None
-
-    # ------------------------------------------------------------ process
 
     def command(self) -> list[str]:
         return [
-            str(_bin_dir(self.python) / "vllm-omni"),
+            str(bin_dir(self.python) / "vllm-omni"),
             "serve",
             self.model_dir,
             "--omni",
@@ -151,130 +103,15 @@ class OmniServer:
             *self.extra_args,
         ]
 
-    def environ(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
-        env.update(SERVER_ENV)
-        env.update(self.env)
-        # The environment's bin first, as an activated venv would have it.
-        env["PATH"] = f"{_bin_dir(self.python)}{os.pathsep}{env.get('PATH', '')}"
-        return env
-
-    def start(self) -> "OmniServer":
-        if self.proc is not None:
-            raise RuntimeError("server already started")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(),
-                env=self.environ(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.pid = self.proc.pid
-        self.started_at = time.monotonic()
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def group_pids(self) -> list[int]:
-        """Live processes of the server's process group (the leader included)."""
-        if self.pid is None:
-            return []
-        return _group_pids(self.pid)
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def wait_ready(self, timeout: float = 300.0) -> float:
-        """Wait until ``GET /health`` answers 200; returns the seconds since
-        `start`. The API server listens only once every stage is up, so a
-        speech request works from then on."""
-        if self.proc is None or self.started_at is None:
-            raise RuntimeError("server not started")
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.alive():
-                raise ServerDied(
-                    f"vllm-omni serve exited with {self.proc.returncode} before it was ready; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            if _health(self.port):
-                self.ready_after = time.monotonic() - self.started_at
-                return self.ready_after
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"vllm-omni serve not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}"
-                )
-            time.sleep(1.0)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
-        """Send `sig` to the group leader and wait up to `timeout` for the
-        whole group to end; then SIGKILL whatever of the group is left.
-        Returns the leader's exit code (None if it was never started)."""
-        if self.proc is None or self.pid is None:
-            return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout
-        try:
-            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        # The leader gone, its stage processes may still be winding down.
-        while self.group_pids() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if self.group_pids():
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            end = time.monotonic() + 10
-            while self.group_pids() and time.monotonic() < end:
-                time.sleep(0.2)
-        return self.proc.returncode
-
-    def __enter__(self) -> "OmniServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def server_env(self) -> dict[str, str]:
+        return dict(SERVER_ENV)
 
 
 # ------------------------------------------------------------------ requests
 
 
-class SpeechError(RuntimeError):
-    def __init__(self, status: int, body: bytes):
-        super().__init__(f"speech request failed: HTTP {status}: {body[:500]!r}")
-        self.status = status
-        self.body = body
-
-
-def _health(port: int) -> bool:
-    conn = http.client.HTTPConnection(HOST, port, timeout=2)
-    try:
-        conn.request("GET", "/health")
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
+class SpeechError(HTTPError):
+    what = "speech request"
 
 
 def speech_body(
@@ -304,17 +141,8 @@ def speech_body(
 
 
 def _post(port: int, body: dict, request_id: str | None, timeout: float):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    headers = {"Content-Type": "application/json"}
-    if request_id is not None:
-        headers["X-Request-Id"] = request_id
-    conn.request("POST", "/v1/audio/speech", body=json.dumps(body).encode(), headers=headers)
-    resp = conn.getresponse()
-    if resp.status != 200:
-        data = resp.read()
-        conn.close()
-        raise SpeechError(resp.status, data)
-    return conn, resp
+    headers = {"X-Request-Id": request_id} if request_id is not None else {}
+    return post(port, "/v1/audio/speech", body, headers, timeout, SpeechError)
 
 
 def speech_wav(

@@ -37,6 +37,13 @@ import types
 import zipfile
 from pathlib import Path
 
+# The tokenizer and the cache both builders share (``../_tiny_model.py``).
+_TESTS = str(Path(__file__).resolve().parent.parent)
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
+import _tiny_model  # noqa: E402
+from _tiny_model import write_json  # noqa: E402
+
 # Bumped whenever what `make` writes changes; a directory with another
 # marker is rebuilt.
 FORMAT_VERSION = 2
@@ -257,69 +264,11 @@ PREPROCESSOR = {
 }
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
 # ---------------------------------------------------------------- tokenizer
 
 
 def write_tokenizer(dst: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    alphabet = ByteLevel.alphabet()
-    alphabet.sort()
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
-    merges = []
-    for word in WORDS:
-        piece = word[0]
-        for ch in word[1:]:
-            merges.append((piece, ch))
-            piece += ch
-            vocab.setdefault(piece, len(vocab))
-    # The special tokens sit in the model's vocabulary at their own ids (the
-    # added-token list alone would renumber them after the last byte token),
-    # and the ids below them are filled with tokens no merge produces: a
-    # vocabulary with holes makes transformers print every missing id.
-    vocab.update(SPECIAL_TOKENS)
-    taken = set(vocab.values())
-    for tid in range(max(SPECIAL_TOKENS.values())):
-        if tid not in taken:
-            vocab[f"<unused{tid}>"] = tid
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    data = json.loads(tok.to_str())
-    data["added_tokens"] = [
-        {
-            "id": tid,
-            "content": text,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-        for text, tid in sorted(SPECIAL_TOKENS.items(), key=lambda kv: kv[1])
-    ]
-    (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
-    _write_json(
-        dst / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": 32768,
-            "bos_token": None,
-            "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>",
-            "unk_token": None,
-            "clean_up_tokenization_spaces": False,
-            "add_prefix_space": False,
-            "errors": "replace",
-            "split_special_tokens": False,
-        },
-    )
+    _tiny_model.write_byte_tokenizer(dst, SPECIAL_TOKENS, max(SPECIAL_TOKENS.values()), 32768, WORDS)
 
 
 # ------------------------------------------------------------------- talker
@@ -413,8 +362,8 @@ def write_talker(dst: Path, tmp: Path) -> None:
     torch.manual_seed(SEED)
     model = modeling.Qwen3TTSForConditionalGeneration(config).eval()
     _save_bf16(model, dst / "model.safetensors")
-    _write_json(dst / "config.json", config_dict)
-    _write_json(
+    write_json(dst / "config.json", config_dict)
+    write_json(
         dst / "generation_config.json",
         {"do_sample": True, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
          "max_new_tokens": 64, "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50,
@@ -444,8 +393,8 @@ def write_speech_tokenizer(dst: Path) -> None:
     model = Qwen3TTSTokenizerV2Model(config).eval()
     _make_audible(model, torch.Generator().manual_seed(SEED + 2))
     _save_bf16(model, out / "model.safetensors")
-    _write_json(out / "config.json", config_dict)
-    _write_json(out / "preprocessor_config.json", PREPROCESSOR)
+    write_json(out / "config.json", config_dict)
+    write_json(out / "preprocessor_config.json", PREPROCESSOR)
 
 
 def _make_audible(model, gen) -> None:
@@ -479,49 +428,25 @@ def _make_audible(model, gen) -> None:
 
 
 def is_current(dst: str | os.PathLike) -> bool:
-    marker = Path(dst) / MARKER
-    try:
-        return json.loads(marker.read_text()).get("format") == FORMAT_VERSION
-    except (OSError, ValueError):
-        return False
+    return _tiny_model.is_current(dst, MARKER, FORMAT_VERSION)
 
 
 def make(dst: str | os.PathLike) -> Path:
     """Build the tiny model in `dst` unless it is already there; returns `dst`."""
-    dst = Path(dst)
-    if is_current(dst):
-        return dst
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl
-
-    # One builder at a time; a second caller finds the model made.
-    with open(dst.parent / f".{dst.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_current(dst):
-            _build(dst)
-    return dst
+    stamp = {"format": FORMAT_VERSION, "seed": SEED, "qwen_tts": QWEN_TTS_VERSION}
+    return _tiny_model.make(dst, MARKER, stamp, _write, "tiny-tts")
 
 
-def _build(dst: Path) -> None:
-    work = Path(tempfile.mkdtemp(prefix=".tiny-tts-", dir=dst.parent))
+def _write(build: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tiny-tts-src-"))
     saved_modules = dict(sys.modules)
     try:
-        build = work / "model"
-        build.mkdir()
         write_tokenizer(build)
         write_talker(build, tmp)
         write_speech_tokenizer(build)
-        _write_json(build / MARKER, {"format": FORMAT_VERSION, "seed": SEED, "qwen_tts": QWEN_TTS_VERSION})
-        for path in [build, *build.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if dst.exists():
-            shutil.rmtree(dst)
-        build.rename(dst)
     finally:
         for name in [n for n in sys.modules if n not in saved_modules and n.startswith("qwen_tts")]:
             del sys.modules[name]
-        shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

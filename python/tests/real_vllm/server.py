@@ -26,63 +26,35 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
-import socket
-import subprocess
-import tempfile
+import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# The default cache for the environments and the tiny model; tests take
-# theirs from the environment.
-DEFAULT_CACHE_DIR = "/var/cache/edgemark"
+# The process group and the HTTP the real-server suites share (``../_server.py``;
+# the tests take ``free_port``, ``group_pids`` and ``health`` from here).
+if str(HERE.parent) not in sys.path:
+    sys.path.append(str(HERE.parent))
+from _server import (  # noqa: E402, F401
+    CPU_ENV,
+    HOST,
+    HTTPError,
+    ServerProcess,
+    bin_dir,
+    free_port,
+    group_pids,
+    health,
+    post,
+)
 
-# What each instance's environment needs on the CPU: 1 GiB of KV cache, no
-# model hub, and one unbound OpenMP thread per worker. Without
-# ``VLLM_CPU_OMP_THREADS_BIND=nobind`` vLLM's CPU worker binds an OpenMP
-# thread to every core and sets ``OMP_NUM_THREADS`` to match, whatever the
-# environment says; two instances on two cores then spin four threads on
-# two cores, and NIXL's hand-offs wait for the prefill side's lease to expire
-# (README.md here).
-SERVER_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": "1",
-}
-
-HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def _bin_dir(python: str | os.PathLike) -> Path:
-    # Not resolved: a venv's python is a symlink to the base interpreter.
-    return Path(python).absolute().parent
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live processes whose process group is `pgid` (from /proc)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry))
-    return sorted(pids)
+# What each instance's environment needs on the CPU: ``CPU_ENV``, and its
+# one OpenMP thread unbound. Without ``VLLM_CPU_OMP_THREADS_BIND=nobind``
+# vLLM's CPU worker binds an OpenMP thread to every core and sets
+# ``OMP_NUM_THREADS`` to match, whatever the environment says; two instances
+# on two cores then spin four threads on two cores, and NIXL's hand-offs
+# wait for the prefill side's lease to expire (README.md here).
+SERVER_ENV = {**CPU_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 def kv_transfer_config(extra: dict | None = None) -> str:
@@ -97,11 +69,7 @@ def kv_transfer_config(extra: dict | None = None) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-class ServerDied(RuntimeError):
-    """The server process ended before it was ready."""
-
-
-class VllmServer:
+class VllmServer(ServerProcess):
     """One ``vllm serve`` instance of a P/D pair (context manager: start,
     stop).
 
@@ -111,6 +79,8 @@ class VllmServer:
     `host` is the address it listens on, its NIXL side channel's too (the
     decode instance reaches the prefill instance's there).
     """
+
+    name = "vllm serve"
 
     def __init__(
         self,
@@ -125,25 +95,15 @@ class VllmServer:
         nice: int = 0,
         host: str = HOST,
     ):
-        self.python = Path(python)
-        #: The address it listens on, and its NIXL side channel's.
-        self.host = host
+        super().__init__(python, port, env, log_path, extra_args, host)
         self.model_dir = str(model_dir)
-        self.port = int(port)
         self.side_channel_port = int(side_channel_port)
-        self.env = dict(env or {})
-        self.log_path = Path(log_path) if log_path is not None else Path(tempfile.mkstemp(suffix=".log")[1])
         self.kv_extra = kv_extra
-        self.extra_args = tuple(extra_args)
         self.nice = int(nice)
-        self.proc: subprocess.Popen | None = None
-        self.pid: int | None = None
-        self.started_at: float | None = None
-        self.ready_after: float | None = None
 
     def command(self) -> list[str]:
         cmd = [
-            str(_bin_dir(self.python) / "vllm"),
+            str(bin_dir(self.python) / "vllm"),
             "serve",
             self.model_dir,
             "--host",
@@ -163,127 +123,17 @@ class VllmServer:
         ]
         return (["nice", "-n", str(self.nice)] if self.nice else []) + cmd
 
-    def environ(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
-        env.update(SERVER_ENV)
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = self.host
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(self.side_channel_port)
-        env.update(self.env)
-        env["PATH"] = f"{_bin_dir(self.python)}{os.pathsep}{env.get('PATH', '')}"
-        return env
-
-    def start(self) -> "VllmServer":
-        if self.proc is not None:
-            raise RuntimeError("server already started")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(),
-                env=self.environ(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.pid = self.proc.pid
-        self.started_at = time.monotonic()
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def group_pids(self) -> list[int]:
-        """Live processes of the server's process group (the leader included)."""
-        return group_pids(self.pid) if self.pid is not None else []
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
-
-    def wait_ready(self, timeout: float = 300.0) -> float:
-        """Waits until ``GET /health`` answers 200; returns the seconds since
-        `start`."""
-        if self.proc is None or self.started_at is None:
-            raise RuntimeError("server not started")
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.alive():
-                raise ServerDied(
-                    f"vllm serve exited with {self.proc.returncode} before it was ready; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            if health(self.port, self.host):
-                self.ready_after = time.monotonic() - self.started_at
-                return self.ready_after
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"vllm serve not ready after {timeout:.0f} s; log {self.log_path}:\n{self.log_tail()}")
-            time.sleep(1.0)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
-        """Sends `sig` to the group leader and waits up to `timeout` for the
-        whole group to end; then SIGKILLs whatever of the group is left.
-        Returns the leader's exit code (None if it was never started)."""
-        if self.proc is None or self.pid is None:
-            return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout
-        try:
-            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        while self.group_pids() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if self.group_pids():
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            end = time.monotonic() + 10
-            while self.group_pids() and time.monotonic() < end:
-                time.sleep(0.2)
-        return self.proc.returncode
-
-    def __enter__(self) -> "VllmServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def server_env(self) -> dict[str, str]:
+        # The NIXL side channel's address, where the decode instance reaches it.
+        nixl = {"VLLM_NIXL_SIDE_CHANNEL_HOST": self.host, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_channel_port)}
+        return {**SERVER_ENV, **nixl}
 
 
 # ------------------------------------------------------------------ requests
 
 
-class CompletionError(RuntimeError):
-    def __init__(self, status: int, body: bytes):
-        super().__init__(f"completion failed: HTTP {status}: {body[:500]!r}")
-        self.status = status
-        self.body = body
-
-
-def health(port: int, host: str = HOST) -> bool:
-    conn = http.client.HTTPConnection(host, port, timeout=2)
-    try:
-        conn.request("GET", "/health")
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
+class CompletionError(HTTPError):
+    what = "completion"
 
 
 def model_name(port: int, host: str = HOST) -> str:
@@ -306,19 +156,14 @@ def complete(
 ) -> dict:
     """One ``POST /v1/completions``; its JSON. ``X-Request-Id`` and
     ``traceparent`` are sent as headers when given."""
-    headers = {"Content-Type": "application/json"}
+    headers = {}
     if request_id is not None:
         headers["X-Request-Id"] = request_id
     if traceparent is not None:
         headers["traceparent"] = traceparent
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn, resp = post(port, "/v1/completions", body, headers, timeout, CompletionError, host)
     try:
-        conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        if resp.status != 200:
-            raise CompletionError(resp.status, data)
-        return json.loads(data)
+        return json.loads(resp.read())
     finally:
         conn.close()
 

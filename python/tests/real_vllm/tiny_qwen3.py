@@ -24,13 +24,18 @@ has them).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+# The tokenizer and the cache both builders share (``../_tiny_model.py``).
+_TESTS = str(Path(__file__).resolve().parent.parent)
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
+import _tiny_model  # noqa: E402
+from _tiny_model import write_json  # noqa: E402
 
 # Bumped whenever what `make` writes changes; a directory with another
 # marker is rebuilt.
@@ -73,56 +78,10 @@ def model_config() -> dict:
     }
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
 def write_tokenizer(dst: Path) -> None:
     """A byte-level BPE with no merges: one token per byte of UTF-8, so a
     prompt's length in tokens is its length in bytes."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    alphabet = sorted(ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
-    vocab.update(SPECIAL_TOKENS)
-    taken = set(vocab.values())
-    for tid in range(VOCAB):
-        if tid not in taken:
-            vocab[f"<unused{tid}>"] = tid
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    data = json.loads(tok.to_str())
-    data["added_tokens"] = [
-        {
-            "id": tid,
-            "content": text,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-        for text, tid in sorted(SPECIAL_TOKENS.items(), key=lambda kv: kv[1])
-    ]
-    (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
-    _write_json(
-        dst / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": 4096,
-            "bos_token": None,
-            "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>",
-            "unk_token": None,
-            "clean_up_tokenization_spaces": False,
-            "add_prefix_space": False,
-            "errors": "replace",
-            "split_special_tokens": False,
-        },
-    )
+    _tiny_model.write_byte_tokenizer(dst, SPECIAL_TOKENS, VOCAB, 4096)
 
 
 def write_model(dst: Path) -> None:
@@ -140,17 +99,14 @@ def write_model(dst: Path) -> None:
             if p.dim() > 1:
                 p.normal_(0.0, 0.08)
     model.save_pretrained(str(dst), safe_serialization=True)
-    _write_json(
+    write_json(
         dst / "generation_config.json",
         {"bos_token_id": SPECIAL_TOKENS["<|endoftext|>"], "eos_token_id": SPECIAL_TOKENS["<|im_end|>"], "do_sample": False},
     )
 
 
 def is_current(dst: str | os.PathLike) -> bool:
-    try:
-        return json.loads((Path(dst) / MARKER).read_text()).get("format") == FORMAT_VERSION
-    except (OSError, ValueError):
-        return False
+    return _tiny_model.is_current(dst, MARKER, FORMAT_VERSION)
 
 
 @contextlib.contextmanager
@@ -167,35 +123,12 @@ def made(where: str | os.PathLike | None) -> Iterator[str]:
 
 def make(dst: str | os.PathLike) -> Path:
     """Builds the tiny model in `dst` unless it is already there; returns `dst`."""
-    dst = Path(dst)
-    if is_current(dst):
-        return dst
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl
-
-    # One builder at a time; a second caller finds the model made.
-    with open(dst.parent / f".{dst.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_current(dst):
-            _build(dst)
-    return dst
+    return _tiny_model.make(dst, MARKER, {"format": FORMAT_VERSION, "seed": SEED}, _write, "tiny-qwen3")
 
 
-def _build(dst: Path) -> None:
-    work = Path(tempfile.mkdtemp(prefix=".tiny-qwen3-", dir=dst.parent))
-    try:
-        build = work / "model"
-        build.mkdir()
-        write_tokenizer(build)
-        write_model(build)
-        _write_json(build / MARKER, {"format": FORMAT_VERSION, "seed": SEED})
-        for path in [build, *build.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if dst.exists():
-            shutil.rmtree(dst)
-        build.rename(dst)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def _write(build: Path) -> None:
+    write_tokenizer(build)
+    write_model(build)
 
 
 if __name__ == "__main__":
