@@ -12,9 +12,9 @@ inside a dispatch message.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 from typing import Dict, List, Optional, Tuple
 
+import _workers
 from edgemark import HOST_MONOTONIC, Event, Region, Token
 
 #: Clock domains the cases use besides host_monotonic.
@@ -124,13 +124,9 @@ def stage_worker(conn) -> None:
     """A stage process: attaches to region files by path and runs the
     commands it is sent, answering each with the outcome's name."""
     regions: Dict[str, Region] = {}
-    while True:
-        msg = conn.recv()
-        op = msg[0]
-        if op == "quit":
-            conn.send("bye")
-            return
-        path, token_text = msg[1], msg[2]
+
+    def command(msg: tuple) -> str:
+        op, path, token_text = msg[0], msg[1], msg[2]
         region = regions.get(path)
         if region is None:
             region = regions[path] = Region.attach(path)
@@ -138,54 +134,21 @@ def stage_worker(conn) -> None:
         token = Token.parse(token_text)
         if op == "record":
             _, _, _, from_stage, to_stage, event_name, kwargs = msg
-            conn.send(region.record_outcome(token, from_stage, to_stage, event_name, **kwargs))
-        elif op == "start":
+            return region.record_outcome(token, from_stage, to_stage, event_name, **kwargs)
+        if op == "start":
             _, _, _, from_stage, to_stage, segment = msg
-            conn.send(region.start_segment_outcome(token, from_stage, to_stage, segment))
-        else:
-            conn.send(f"unknown command {op!r}")
+            return region.start_segment_outcome(token, from_stage, to_stage, segment)
+        raise RuntimeError(f"unknown command {op!r}")
+
+    _workers.serve(conn, command)
 
 
-class Worker:
-    def __init__(self, ctx) -> None:
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=stage_worker, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def ask(self, *msg):
-        self.conn.send(msg)
-        if not self.conn.poll(60):
-            raise TimeoutError(f"worker {self.proc.pid} did not answer {msg!r}")
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        try:
-            self.ask("quit")
-        except (OSError, EOFError, TimeoutError):
-            pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-
-
-class Workers:
-    """One worker process per stage, started with the spawn method."""
+class Workers(_workers.Workers):
+    """One worker process per stage (``stage_worker``), started with the
+    spawn method."""
 
     def __init__(self, stages=(0, 1, 2)) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.by_stage = {s: Worker(ctx) for s in stages}
-
-    def __getitem__(self, stage: int) -> Worker:
-        return self.by_stage[stage]
-
-    def pids(self) -> List[int]:
-        return [w.proc.pid for w in self.by_stage.values()]
-
-    def stop(self) -> None:
-        for w in self.by_stage.values():
-            w.stop()
+        super().__init__(stage_worker, stages)
 
 
 class Processes(Pipeline):

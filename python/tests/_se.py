@@ -9,15 +9,13 @@ targets by name.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from typing import Dict, Optional
 
+import _workers
+from _workers import CTX  # noqa: F401  (the tests' spawn context)
 from edgemark import monotonic_ns
 from edgemark import stream_edge
 from edgemark.stream_edge import RequestStreamEdgeEvents, StreamEdgeEvent
-
-CTX = multiprocessing.get_context("spawn")
 
 #: The events a producer stage observes; the consumer observes the others.
 PRODUCER_SIDE = (StreamEdgeEvent.PRODUCER_EMIT, StreamEdgeEvent.SEND_COMPLETE)
@@ -28,69 +26,30 @@ def stage_worker(conn) -> None:
     attaches its region by path, once per process) and records through
     them, answering each record with its result or the exception it raised.
     """
-    while True:
-        msg = conn.recv()
-        op = msg[0]
-        if op == "quit":
-            conn.send(("ok", os.getpid()))
-            return
-        try:
-            if op == "record":
-                _, handle, event, kwargs = msg
-                conn.send(("ok", handle.record(event, **kwargs)))
-            elif op == "record_timed":
-                _, handle, event, kwargs = msg
-                before = monotonic_ns()
-                ok = handle.record(event, **kwargs)
-                conn.send(("ok", (ok, before, monotonic_ns())))
-            elif op == "attached":
-                conn.send(("ok", sorted(stream_edge._attached)))
-            else:
-                conn.send(("raise", "RuntimeError", f"unknown command {op!r}"))
-        except Exception as e:  # noqa: BLE001 - sent back to the test
-            conn.send(("raise", type(e).__name__, str(e)))
+    _workers.serve(conn, _command)
 
 
-class Worker:
-    def __init__(self) -> None:
-        self.conn, child = CTX.Pipe()
-        self.proc = CTX.Process(target=stage_worker, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def ask(self, *msg):
-        self.conn.send(msg)
-        if not self.conn.poll(60):
-            raise TimeoutError(f"worker {self.proc.pid} did not answer {msg[0]!r}")
-        answer = self.conn.recv()
-        if answer[0] == "raise":
-            _, name, text = answer
-            raise {"ValueError": ValueError, "TypeError": TypeError}.get(name, RuntimeError)(text)
-        return answer[1]
-
-    def stop(self) -> None:
-        try:
-            self.ask("quit")
-        except (OSError, EOFError, TimeoutError):
-            pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+def _command(msg: tuple):
+    op = msg[0]
+    if op == "record":
+        _, handle, event, kwargs = msg
+        return handle.record(event, **kwargs)
+    if op == "record_timed":
+        _, handle, event, kwargs = msg
+        before = monotonic_ns()
+        ok = handle.record(event, **kwargs)
+        return (ok, before, monotonic_ns())
+    if op == "attached":
+        return sorted(stream_edge._attached)
+    raise RuntimeError(f"unknown command {op!r}")
 
 
-class Workers:
-    """One worker process per stage, started with the spawn method."""
+class Workers(_workers.Workers):
+    """One worker process per stage (``stage_worker``), started with the
+    spawn method."""
 
     def __init__(self, stages=(0, 1, 2)) -> None:
-        self.by_stage = {s: Worker() for s in stages}
-
-    def __getitem__(self, stage: int) -> Worker:
-        return self.by_stage[stage]
-
-    def stop(self) -> None:
-        for w in self.by_stage.values():
-            w.stop()
+        super().__init__(stage_worker, stages)
 
 
 class Remote:

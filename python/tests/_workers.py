@@ -1,10 +1,14 @@
-"""Stage worker processes for test_multiprocess.py (a module of its own so
-that the spawn start method can import the targets by name)."""
+"""Stage worker processes of the tests: what test_multiprocess.py's
+workers run, and ``Worker``/``Workers``, a process per stage that a test
+drives over a pipe (``_pipeline.py``'s and ``_se.py``'s). A module of its
+own so that the spawn start method can import the targets by name."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
+from typing import Any, Callable, List
 
 from edgemark import Event, Region, Token, monotonic_ns
 
@@ -86,3 +90,77 @@ def record_with_inherited_region(region: Region, token: Token, results) -> None:
     results.put(
         region.record_outcome(token, 1, 2, Event.PRODUCER_FIRST_NONEMPTY_EMIT, elapsed_ms=3.0)
     )
+
+
+# ---------------------------------------------------------------------------
+# A process per stage, driven over a pipe.
+
+CTX = multiprocessing.get_context("spawn")
+
+#: The exceptions a worker's answer raises again by name; any other is a
+#: RuntimeError.
+RAISED = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+def serve(conn, handle: Callable[[tuple], Any]) -> None:
+    """A worker's loop: answers each message (a tuple) with ``("ok",
+    handle(msg))``, or ``("raise", name, text)`` for the exception it
+    raised; ``("quit",)`` is answered with ``("ok", pid)`` and ends it."""
+    while True:
+        msg = conn.recv()
+        if msg[0] == "quit":
+            conn.send(("ok", os.getpid()))
+            return
+        try:
+            conn.send(("ok", handle(msg)))
+        except Exception as e:  # noqa: BLE001 - sent back to the test
+            conn.send(("raise", type(e).__name__, str(e)))
+
+
+class Worker:
+    """One process started with the spawn method, running ``target(conn)``
+    (a module-level function that calls ``serve``)."""
+
+    def __init__(self, target: Callable) -> None:
+        self.conn, child = CTX.Pipe()
+        self.proc = CTX.Process(target=target, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def ask(self, *msg):
+        """Sends ``msg``; the worker's answer, or the exception it raised."""
+        self.conn.send(msg)
+        if not self.conn.poll(60):
+            raise TimeoutError(f"worker {self.proc.pid} did not answer {msg[0]!r}")
+        answer = self.conn.recv()
+        if answer[0] == "raise":
+            _, name, text = answer
+            raise RAISED.get(name, RuntimeError)(text)
+        return answer[1]
+
+    def stop(self) -> None:
+        try:
+            self.ask("quit")
+        except (OSError, EOFError, TimeoutError):
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+class Workers:
+    """One worker process per stage, each running ``target``."""
+
+    def __init__(self, target: Callable, stages=(0, 1, 2)) -> None:
+        self.by_stage = {s: Worker(target) for s in stages}
+
+    def __getitem__(self, stage: int) -> Worker:
+        return self.by_stage[stage]
+
+    def pids(self) -> List[int]:
+        return [w.proc.pid for w in self.by_stage.values()]
+
+    def stop(self) -> None:
+        for w in self.by_stage.values():
+            w.stop()
