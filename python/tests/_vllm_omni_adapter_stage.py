@@ -27,7 +27,6 @@ line with one JSON line:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -35,7 +34,14 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _vllm_omni_stage import wait_accept_recorded  # noqa: E402
+from _vllm_omni_stage_support import (  # noqa: E402
+    answer_commands,
+    chunk_adapter,
+    engine_core_request,
+    load_plugins_as_engine_core,
+    print_json,
+    wait_accept_recorded,
+)
 
 
 def processor(transfer_manager, multimodal_output, request, is_finished, **_):
@@ -52,24 +58,9 @@ def processor(transfer_manager, multimodal_output, request, is_finished, **_):
 
 def vllm_request(rid: str, trace_headers=None):
     """A scheduler-side vLLM request, as the engine core builds it."""
-    from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
-    from vllm_omni.engine import OmniEngineCoreRequest
-
-    core = OmniEngineCoreRequest(
-        request_id=rid,
-        prompt_token_ids=[1, 2, 3],
-        mm_features=None,
-        sampling_params=SamplingParams(max_tokens=8),
-        pooling_params=None,
-        arrival_time=time.time(),
-        lora_request=None,
-        cache_salt=None,
-        data_parallel_rank=None,
-        trace_headers=trace_headers,
-    )
-    request = Request.from_engine_core_request(core, block_hasher=None)
+    request = Request.from_engine_core_request(engine_core_request(rid, [1, 2, 3], trace_headers), block_hasher=None)
     request.external_req_id = rid
     return request
 
@@ -81,21 +72,8 @@ def output(kind: str):
 
 
 def make_adapter(stage_id: int, connector: dict):
-    from vllm_omni.distributed.omni_connectors.transfer_adapter.chunk_transfer_adapter import (
-        OmniChunkTransferAdapter,
-    )
-
-    model_config = SimpleNamespace(
-        stage_connector_config=connector,
-        stage_id=stage_id,
-        worker_type="ar",
-        async_chunk=True,
-        max_model_len=4096,
-        custom_process_next_stage_input_func=f"{__name__ if __name__ != '__main__' else '_vllm_omni_adapter_stage'}.processor",
-    )
-    return OmniChunkTransferAdapter(
-        SimpleNamespace(model_config=model_config, scheduler_config=SimpleNamespace(max_num_seqs=8))
-    )
+    module = __name__ if __name__ != "__main__" else "_vllm_omni_adapter_stage"
+    return chunk_adapter(stage_id, "ar", connector, f"{module}.processor", max_num_seqs=8)
 
 
 def wait_saved(adapter) -> None:
@@ -121,25 +99,17 @@ def free(request) -> None:
 
 
 def serve(stage_id: int, connector: dict) -> None:
-    import multiprocessing
-
     from vllm.v1.request import RequestStatus
 
-    # Plugins load as in a stage's engine core, which vLLM-Omni starts under
-    # this name and where only vLLM's group is loaded (EngineCore.__init__):
-    # the plugin patches the call sites of that role only.
-    multiprocessing.current_process().name = f"StageEngineCoreProc_stage{stage_id}_replica0"
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
+    load_plugins_as_engine_core(stage_id)
     from edgemark import vllm_omni
 
     adapter = make_adapter(stage_id, connector)
     requests = {}
-    print(json.dumps({"ready": True, "instrumented": vllm_omni.is_instrumented()}), flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op, rid = cmd["op"], cmd.get("rid")
+    print_json({"ready": True, "instrumented": vllm_omni.is_instrumented()})
+
+    def handle(op: str, cmd: dict):
+        rid = cmd.get("rid")
         if rid is not None and rid not in requests:
             requests[rid] = vllm_request(rid, cmd.get("trace_headers"))
         request = requests.get(rid)
@@ -148,11 +118,11 @@ def serve(stage_id: int, connector: dict) -> None:
                 request.status = RequestStatus.FINISHED_STOPPED
             adapter.save_async(output(cmd["kind"]), request, False, new_token_ids=[])
             wait_saved(adapter)
-            reply = {"puts": adapter.put_req_chunk.get(rid, 0)}
-        elif op == "register":
+            return {"puts": adapter.put_req_chunk.get(rid, 0)}
+        if op == "register":
             adapter.load_async(request)
-            reply = {"ok": True}
-        elif op == "wait":
+            return {"ok": True}
+        if op == "wait":
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and rid not in adapter._finished_load_reqs:
                 time.sleep(0.005)
@@ -168,19 +138,14 @@ def serve(stage_id: int, connector: dict) -> None:
                 # this stage.
                 time.sleep(0.05)
             adapter._finished_load_reqs.discard(rid)
-            reply = {"admitted": got, "chunks": adapter.get_req_chunk.get(rid, 0)}
-        elif op == "free":
+            return {"admitted": got, "chunks": adapter.get_req_chunk.get(rid, 0)}
+        if op == "free":
             free(request)
             requests.pop(rid, None)
-            reply = {"ok": True}
-        elif op == "exit":
-            adapter.shutdown()
-            print(json.dumps({"ok": True}), flush=True)
-            return
-        else:
-            reply = {"error": f"unknown op {op}"}
-        print(json.dumps(reply), flush=True)
+            return {"ok": True}
+        return None
 
+    answer_commands(handle, adapter.shutdown)
 
 if __name__ == "__main__":
     # (The second argument, the worker type, is the mixin stage's; the

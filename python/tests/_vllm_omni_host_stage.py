@@ -60,6 +60,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from _vllm_omni_stage_support import answer_commands, chunk_adapter, engine_core_request, load_plugins_as_engine_core
+
 #: How long a step waits for the other host (a bound, not a timing).
 PATIENCE_S = 60.0
 
@@ -91,6 +93,10 @@ def reply(**kw: Any) -> None:
     print(json.dumps({"reply": True, **kw}), flush=True)
 
 
+def reply_with(answer: dict) -> None:
+    reply(**answer)
+
+
 def region_exists() -> bool:
     path = os.environ.get("EDGEMARK_VLLM_OMNI_REGION")
     return bool(path) and os.path.exists(path)
@@ -106,20 +112,8 @@ def make_adapter(stage_id: int, worker_type: str, extra: dict, processor: str | 
     """A real ``OmniChunkTransferAdapter`` over the connector ``extra``
     names, with the least vllm_config it reads (as vLLM-Omni's CPU unit
     tests build one)."""
-    from vllm_omni.distributed.omni_connectors.transfer_adapter.chunk_transfer_adapter import (
-        OmniChunkTransferAdapter,
-    )
-
-    model_config = SimpleNamespace(
-        stage_connector_config={"name": "MooncakeTransferEngineConnector", "extra": extra},
-        async_chunk=True,
-        worker_type=worker_type,
-        custom_process_next_stage_input_func=processor,
-        stage_id=stage_id,
-        max_model_len=4096,
-    )
-    vllm_config = SimpleNamespace(model_config=model_config, scheduler_config=SimpleNamespace(max_num_seqs=4))
-    adapter = OmniChunkTransferAdapter(vllm_config)
+    connector = {"name": "MooncakeTransferEngineConnector", "extra": extra}
+    adapter = chunk_adapter(stage_id, worker_type, connector, processor, max_num_seqs=4)
     # The adapter reads ``connector.stage_id``. vLLM-Omni 0.30's Mooncake
     # connector never sets it (0.32's does, from its config, as the shared
     # memory connector always did), so the adapter cannot run over it there:
@@ -139,22 +133,9 @@ def mooncake_extra(**kw: Any) -> dict:
 def engine_request(rid: str, prompt: list, trace_headers: Any = None):
     """A stage-0 engine request as vLLM's input processor leaves it: the
     client's ID kept as ``external_req_id``, an internal ID of its own."""
-    from vllm.sampling_params import SamplingParams
     from vllm.v1.engine.input_processor import InputProcessor
-    from vllm_omni.engine import OmniEngineCoreRequest
 
-    req = OmniEngineCoreRequest(
-        request_id=rid,
-        prompt_token_ids=list(prompt),
-        mm_features=None,
-        sampling_params=SamplingParams(max_tokens=8),
-        pooling_params=None,
-        arrival_time=time.time(),
-        lora_request=None,
-        cache_salt=None,
-        data_parallel_rank=None,
-        trace_headers=trace_headers,
-    )
+    req = engine_core_request(rid, prompt, trace_headers)
     InputProcessor.assign_request_id(req)
     return req
 
@@ -173,9 +154,9 @@ def run_api() -> None:
     reply(ready=True, **plugin_state())
     states: dict = {}
     encoder = MsgpackEncoder()
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op, rid = cmd["op"], cmd.get("rid")
+
+    def handle(op: str, cmd: dict):
+        rid = cmd.get("rid")
         if op == "begin":
             states[rid] = ClientRequestState(rid)
             traceparent_of = getattr(vllm_omni, "traceparent_of", None)
@@ -191,23 +172,21 @@ def run_api() -> None:
             # Sent as built: the trace context is the plugin's to add.
             built = dict(req.trace_headers) if req.trace_headers else None
             frames = encoder.encode(req)
-            reply(
+            return dict(
                 traceparent=traceparent,
                 has_traceparent_of=traceparent_of is not None,
                 built_trace_headers=built,
                 engine_request=[base64.b64encode(bytes(f)).decode("ascii") for f in frames],
                 **plugin_state(),
             )
-        elif op == "close":
+        if op == "close":
             close_request = getattr(vllm_omni, "close_request", None)
             closed = close_request(rid) if close_request is not None else None
             states.pop(rid, None)
-            reply(closed=closed is not None, has_close_request=close_request is not None)
-        elif op == "exit":
-            reply(ok=True)
-            return
-        else:
-            reply(error=f"unknown op {op}")
+            return dict(closed=closed is not None, has_close_request=close_request is not None)
+        return None
+
+    answer_commands(handle, reply=reply_with)
 
 
 # ---------------------------------------------------------------------------
@@ -255,34 +234,30 @@ def run_producer(host: str, zmq_port: int) -> None:
 
     # Counted on the instance only: whatever the plugin wraps is the class's.
     connector.put = counting_put
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd["op"]
-        if op == "send":
-            rid, codes = cmd["rid"], cmd["codes"]
-            request = OmniRequest.from_engine_core_request(engine_request(rid, [1, 2, 3]), None)
-            # One decode step: a token committed, its codec ids the output.
-            request.append_output_token_ids(7)
-            request.num_computed_tokens = request.num_tokens
-            step_output = {"codes": {"audio": torch.tensor(codes, dtype=torch.long)}, "hidden": hidden_for(codes)}
-            adapter.save_async(step_output, request, False, new_token_ids=[7])
-            # The request stops: its terminal chunk, no output of its own.
-            request.status = RequestStatus.FINISHED_STOPPED
-            adapter.save_async(None, request, False)
-            sent = wait_sent(adapter, request.external_req_id)
-            reply(
-                sent=sent,
-                puts=dict(puts),
-                request_id=request.request_id,
-                external_req_id=request.external_req_id,
-                **plugin_state(),
-            )
-        elif op == "exit":
-            adapter.shutdown()
-            reply(ok=True)
-            return
-        else:
-            reply(error=f"unknown op {op}")
+
+    def handle(op: str, cmd: dict):
+        if op != "send":
+            return None
+        rid, codes = cmd["rid"], cmd["codes"]
+        request = OmniRequest.from_engine_core_request(engine_request(rid, [1, 2, 3]), None)
+        # One decode step: a token committed, its codec ids the output.
+        request.append_output_token_ids(7)
+        request.num_computed_tokens = request.num_tokens
+        step_output = {"codes": {"audio": torch.tensor(codes, dtype=torch.long)}, "hidden": hidden_for(codes)}
+        adapter.save_async(step_output, request, False, new_token_ids=[7])
+        # The request stops: its terminal chunk, no output of its own.
+        request.status = RequestStatus.FINISHED_STOPPED
+        adapter.save_async(None, request, False)
+        sent = wait_sent(adapter, request.external_req_id)
+        return dict(
+            sent=sent,
+            puts=dict(puts),
+            request_id=request.request_id,
+            external_req_id=request.external_req_id,
+            **plugin_state(),
+        )
+
+    answer_commands(handle, adapter.shutdown, reply_with)
 
 
 # ---------------------------------------------------------------------------
@@ -349,9 +324,9 @@ def run_consumer(host: str, sender_host: str, sender_port: int) -> None:
     )
     request = None
     decoder = MsgpackDecoder(OmniEngineCoreRequest)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd["op"]
+
+    def handle(op: str, cmd: dict):
+        nonlocal request
         if op == "receive":
             core = decoder.decode([base64.b64decode(f) for f in cmd["engine_request"]])
             request = OmniRequest.from_engine_core_request(core, None)
@@ -384,7 +359,7 @@ def run_consumer(host: str, sender_host: str, sender_port: int) -> None:
                 if adapter.is_done_receiving_chunks(request.request_id):
                     break
                 time.sleep(0.002)
-            reply(
+            return dict(
                 done=adapter.is_done_receiving_chunks(request.request_id),
                 scheduled=scheduled,
                 request_id=request.request_id,
@@ -392,24 +367,19 @@ def run_consumer(host: str, sender_host: str, sender_port: int) -> None:
                 trace_headers=dict(request.trace_headers) if request.trace_headers else None,
                 **plugin_state(),
             )
-        elif op == "free":
+        if op == "free":
             # The stage is done with the request: the generation scheduler
             # frees it, then the adapter forgets it.
             request.status = RequestStatus.FINISHED_STOPPED
             sched._free_request(request)
             adapter.cleanup(request.request_id, request.external_req_id)
-            reply(freed=request.request_id not in sched.requests, **plugin_state())
-        elif op == "exit":
-            adapter.shutdown()
-            reply(ok=True)
-            return
-        else:
-            reply(error=f"unknown op {op}")
+            return dict(freed=request.request_id not in sched.requests, **plugin_state())
+        return None
+
+    answer_commands(handle, adapter.shutdown, reply_with)
 
 
 def main() -> None:
-    import multiprocessing
-
     role = sys.argv[1]
     if role == "api":
         # The API server loads vLLM-Omni's plugin group (and vLLM's with it).
@@ -417,13 +387,8 @@ def main() -> None:
 
         load_omni_general_plugins()
     else:
-        # A stage's engine core: vLLM-Omni's name for it, and only vLLM's
-        # group, as EngineCore.__init__ loads it.
-        stage = 0 if role == "producer" else 1
-        multiprocessing.current_process().name = f"StageEngineCoreProc_stage{stage}_replica0"
-        from vllm.plugins import load_general_plugins
-
-        load_general_plugins()
+        # A stage's engine core.
+        load_plugins_as_engine_core(0 if role == "producer" else 1)
     if role == "api":
         run_api()
     elif role == "producer":

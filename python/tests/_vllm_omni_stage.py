@@ -29,11 +29,12 @@ JSON line on stdout:
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from types import SimpleNamespace
+
+from _vllm_omni_stage_support import answer_commands, print_json, wait_accept_recorded
 
 
 def payload(kind: str):
@@ -58,20 +59,6 @@ def wait_sent(runner, rid: str) -> None:
         with runner._lock:
             if not runner._pending_save_counts.get(rid) and rid not in runner._pending_save_reqs:
                 return
-        time.sleep(0.005)
-
-
-def wait_accept_recorded(rid: str, stage_id: int, deadline: float) -> None:
-    """Waits until this stage's plugin recorded (or gave up recording) its
-    accept of ``rid`` on the edge into it, or until ``deadline``."""
-    from edgemark.vllm_omni import instrumentor
-    from edgemark.vllm_omni._recording import ACCEPT
-
-    rec = instrumentor.recording
-    if rec is None:
-        return
-    key = (stage_id - 1, stage_id, ACCEPT)
-    while time.monotonic() < deadline and not rec.is_done(rid, key):
         time.sleep(0.005)
 
 
@@ -107,23 +94,23 @@ def main() -> None:
     runner._custom_process_payload_kwarg = "pooling_output"
     from edgemark import vllm_omni
 
-    print(json.dumps({"ready": True, "instrumented": vllm_omni.is_instrumented()}), flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op, rid = cmd["op"], cmd.get("rid")
+    print_json({"ready": True, "instrumented": vllm_omni.is_instrumented()})
+
+    def handle(op: str, cmd: dict):
+        rid = cmd.get("rid")
         if op == "send":
             ok = runner.send_chunk(SimpleNamespace(request_id=rid, external_req_id=rid), pooling_output=cmd["kind"])
             wait_sent(runner, rid)
-            reply = {"ok": ok}
-        elif op == "send_full":
+            return {"ok": ok}
+        if op == "send_full":
             request = SimpleNamespace(request_id=rid, external_req_id=rid)
             sent = runner.send_full_payload_outputs(None, {rid: (cmd["kind"], request)})
             wait_sent(runner, rid)
-            reply = {"ok": sent == [rid]}
-        elif op == "register":
+            return {"ok": sent == [rid]}
+        if op == "register":
             runner.register_chunk_recv(SimpleNamespace(request_id=rid, external_req_id=rid))
-            reply = {"ok": True}
-        elif op == "wait":
+            return {"ok": True}
+        if op == "wait":
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and runner._get_req_chunk.get(rid, 0) < cmd["chunks"]:
                 time.sleep(0.005)
@@ -135,19 +122,14 @@ def main() -> None:
             else:
                 # Nothing to be stamped: let the receive thread finish.
                 time.sleep(0.05)
-            reply = {"chunks": runner._get_req_chunk.get(rid, 0)}
-        elif op == "free":
+            return {"chunks": runner._get_req_chunk.get(rid, 0)}
+        if op == "free":
             # The model runner frees a finished request.
             runner.cleanup_finished_request(rid)
-            reply = {"ok": True}
-        elif op == "exit":
-            runner.shutdown_omni_connectors()
-            print(json.dumps({"ok": True}), flush=True)
-            return
-        else:
-            reply = {"error": f"unknown op {op}"}
-        print(json.dumps(reply), flush=True)
+            return {"ok": True}
+        return None
 
+    answer_commands(handle, runner.shutdown_omni_connectors)
 
 if __name__ == "__main__":
     main()
