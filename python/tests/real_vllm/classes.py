@@ -25,10 +25,12 @@ Python runs here on the CPU): see ``.ci/vllm-class-env``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -216,7 +218,9 @@ def ensure_parallel_state(vllm_config: Any) -> None:
     from vllm.config import set_current_vllm_config
     from vllm.distributed import parallel_state
 
-    init = os.path.join(tempfile.mkdtemp(prefix="edgemark-vllm-dist-"), "init")
+    where = tempfile.mkdtemp(prefix="edgemark-vllm-dist-")
+    atexit.register(shutil.rmtree, where, True)
+    init = os.path.join(where, "init")
     with set_current_vllm_config(vllm_config):
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.init_distributed_environment(
