@@ -993,7 +993,7 @@ fn begin_takes_a_traceparent_and_traceparent_prints_the_requests_own() {
 /// `inspect` text show every row of its table of counters and gauges
 /// (`edgemark::report::METRICS`) with the same values. (Python's
 /// `Region.report()` is checked against `inspect --json` in
-/// python/tests/test_report.py.)
+/// python/tests/test_core_report.py.)
 #[test]
 fn inspect_json_and_the_scrape_say_what_the_report_says() {
     use edgemark::prometheus::{self, Format};

@@ -154,7 +154,7 @@ def _enum(base: Any, name: str, members: Any) -> Any:
 if TYPE_CHECKING:
     # What a type checker reads (a class made at import is no type to it):
     # the members the core's ``Event::ALL`` makes below, written out.
-    # tests/test_api.py checks that they are the ones made at import.
+    # tests/test_core_api.py checks that they are the ones made at import.
     @enum.unique
     class Event(_Event):
         """The stream-edge events (see ``_Event``)."""

@@ -84,7 +84,7 @@ impl PyHandle {
     /// recorded it. A negative or non-finite value is refused (``False``).
     // The default domain is the core's `HOST_MONOTONIC`, written out so that
     // Python's signature shows it (pyo3 shows a Rust constant as `...`);
-    // `test_handle.py` checks that the two agree.
+    // `test_core_handle.py` checks that the two agree.
     #[pyo3(signature = (elapsed_ms, clock_domain = "host_monotonic"))]
     fn record_elapsed(&self, elapsed_ms: f64, clock_domain: &str) -> bool {
         self.do_record_elapsed(elapsed_ms, clock_domain)

@@ -1,4 +1,4 @@
-"""Stage worker processes of the tests: what test_multiprocess.py's
+"""Stage worker processes of the tests: what test_core_multiprocess.py's
 workers run, and ``Worker``/``Workers``, a process per stage that a test
 drives over a pipe (``_pipeline.py``'s and ``_se.py``'s). A module of its
 own so that the spawn start method can import the targets by name."""
