@@ -316,6 +316,39 @@ def test_push_the_send_completes_from_the_write_handle_with_no_notification(regi
         pair.close()
 
 
+def test_push_one_host_all_four_events_in_causal_order_and_the_request_closed(region_env, monkeypatch, fake_nixl):
+    if not classes.has_push():
+        pytest.skip(f"no NIXL push mode in {VERSIONS['vllm']}")
+    pair = Pair(monkeypatch, region_env, "push")
+    try:
+        p_rid, d_rid = "cmpl-push-2-0-1a2b3c4d", "cmpl-push-2-0-5e6f7a8b"
+        token, params = pair.prefill_request(p_rid)
+        assert ms(segment(pair.region.snapshot(token)), EMIT) is not None
+        assert pair.decode_request(d_rid, params) is None, "the decode side joins the prefill side's request"
+        # The prefill worker's WRITE into the decode side's blocks (after the
+        # decode side's PUSH_REG and a NIXL handshake, a remote peer: not
+        # run) completes: its handle, where the push writer puts it, DONE.
+        cw = pair.prefill.worker.connector_worker
+        handle = pair.prefill.agent.new_handle()
+        with cw._sending_transfers_lock:
+            cw._sending_transfers[p_rid].append(handle)
+        results = pair.prefill.worker.get_transfer_results(set())
+        assert p_rid in results.finished_sending and pair.prefill.agent.notifs == {}
+        pair.prefill.step(kv_output=classes.kv_connector_output(finished_sending=results.finished_sending))
+        # The decode worker learns of it from the prefill side's completion
+        # notification, and reports finished_recving to its scheduler.
+        pair.decode.step(kv_output=classes.kv_connector_output(finished_recving={d_rid}))
+        assert pair.region.is_open(token), "a joined request waits for the decode side's first output"
+        pair.decode.step([(d_rid, [42])])
+        assert not pair.region.is_open(token)
+        final = closed_by_token(pair.region)[str(token)]
+        seg = segment(final["snapshot"])
+        assert all(ms(seg, e) is not None for e in (EMIT, SEND, ACCEPT, OUTPUT)), seg
+        assert ms(seg, EMIT) <= ms(seg, SEND) <= ms(seg, ACCEPT) <= ms(seg, OUTPUT), seg
+    finally:
+        pair.close()
+
+
 def test_a_lease_that_expires_closes_the_request_with_the_later_events_null(region_env, monkeypatch, fake_nixl):
     # A lease of 0 s: the deadline the prefill scheduler sets when the
     # request finishes is already past when the worker rebases it
