@@ -445,6 +445,23 @@ def test_a_worker_without_the_reaper_records_no_send_and_says_so_once(region_env
     assert pair.p_api.owner.region.is_open(token)
 
 
+def test_an_optional_hook_that_changed_is_skipped_not_the_connector(region_env):
+    class Changed(NixlLike):
+        def on_new_request(self, req, extra):
+            pass
+
+    class Current(NixlLike):
+        def on_new_request(self, request):
+            pass
+
+    rec = Recording()
+    changed, current = Changed(), Current()
+    assert connector.wrap_instance(changed, "SCHEDULER", rec)
+    assert "on_new_request" not in vars(changed) and "update_state_after_alloc" in vars(changed)
+    assert connector.wrap_instance(current, "SCHEDULER", rec)
+    assert "on_new_request" in vars(current)
+
+
 def test_a_refused_part_leaves_its_hooks_alone_and_the_others_record(region_env, monkeypatch):
     pair = Pair(monkeypatch, region_env, region_env)
     pair.d_engine.broken = {"accept": "KVConnectorOutput.finished_recving is missing"}
