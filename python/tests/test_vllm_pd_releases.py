@@ -209,7 +209,7 @@ def test_instrument_resolves_every_call_site(region_env, fake_nixl):
         # with now wraps the real connectors it returns, both roles.
         config = classes.vllm_config("pull", engine_id="instrumented")
         sched = classes.scheduler(config)
-        assert {"update_state_after_alloc", "update_connector_output"} <= set(vars(sched.connector))
+        assert {"on_new_request", "update_state_after_alloc", "update_connector_output"} <= set(vars(sched.connector))
         assert {"request_finished", "request_finished_all_groups"} & set(vars(sched.connector))
         worker = classes.worker_connector(config)
         assert "get_transfer_results" in vars(worker)
