@@ -57,3 +57,15 @@ def pytest_collection_modifyitems(config, items):
             + ", ".join(p for p, _ in SUBJECTS.values())
             + " (python/tests/conftest.py)"
         )
+
+
+@pytest.fixture
+def region_env(tmp_path, monkeypatch):
+    """The vLLM P/D tests' one region, which both instances are given, as on
+    one host (``EDGEMARK_VLLM_REGION``)."""
+    from edgemark import vllm as em_vllm
+
+    path = str(tmp_path / "pd.region")
+    monkeypatch.setenv(em_vllm.ENV_REGION, path)
+    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
+    return path

@@ -24,15 +24,6 @@ from edgemark.vllm._recording import ACCEPT, EMIT, OUTPUT, SEND, Recording
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-@pytest.fixture
-def region_env(tmp_path, monkeypatch):
-    """One region both instances are given, as on one host."""
-    path = str(tmp_path / "pd.region")
-    monkeypatch.setenv(em_vllm.ENV_REGION, path)
-    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
-    return path
-
-
 def request(rid, **params):
     """A stand-in for vLLM's engine ``Request``."""
     return SimpleNamespace(request_id=rid, kv_transfer_params=dict(params) if params else None)

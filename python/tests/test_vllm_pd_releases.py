@@ -57,15 +57,6 @@ def ms(seg, event):
 
 
 @pytest.fixture
-def region_env(tmp_path, monkeypatch):
-    """One region both instances are given, as on one host."""
-    path = str(tmp_path / "pd.region")
-    monkeypatch.setenv(em_vllm.ENV_REGION, path)
-    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
-    return path
-
-
-@pytest.fixture
 def fake_nixl():
     with classes.install_fake_nixl():
         yield
@@ -159,6 +150,20 @@ class Pair:
         out, _ = self.decode.step()
         assert rid in out.kv_connector_metadata.reqs_to_recv, "the blocks to read, for the decode worker"
         return begun
+
+
+    def push_completes(self, rid):
+        """The prefill worker's WRITE of ``rid`` into the decode side's
+        blocks completes, and the worker is asked for its results. The WRITE
+        itself needs the decode side's PUSH_REG notification and a NIXL
+        handshake with the decode worker (a remote peer): not run. Its
+        in-flight handle is put where the push writer puts it; the
+        stood-in agent reports it DONE."""
+        cw = self.prefill.worker.connector_worker
+        handle = self.prefill.agent.new_handle()
+        with cw._sending_transfers_lock:
+            cw._sending_transfers[rid].append(handle)
+        return self.prefill.worker.get_transfer_results(set())
 
 
 def closed_by_token(region):
@@ -285,24 +290,25 @@ def test_pull_one_host_all_four_events_in_causal_order_and_the_request_closed(re
         pair.close()
 
 
-def test_push_the_send_completes_from_the_write_handle_with_no_notification(region_env, monkeypatch, fake_nixl):
+def push_pair(monkeypatch, region):
+    """A pair in push mode; every tested release has it, so CI
+    (``EDGEMARK_REQUIRE_VLLM_CLASSES=1``) fails where it is missing."""
     if not classes.has_push():
+        if os.environ.get("EDGEMARK_REQUIRE_VLLM_CLASSES") == "1":
+            pytest.fail(f"no NIXL push mode in {VERSIONS['vllm']}", pytrace=False)
         pytest.skip(f"no NIXL push mode in {VERSIONS['vllm']}")
-    pair = Pair(monkeypatch, region_env, "push")
+    return Pair(monkeypatch, region, "push")
+
+
+def test_push_the_send_completes_from_the_write_handle_with_no_notification(region_env, monkeypatch, fake_nixl):
+    pair = push_pair(monkeypatch, region_env)
     try:
         assert type(pair.prefill.worker).__name__ == "NixlPushConnector"
         p_rid = "cmpl-push-1-0-0badcafe"
         token, params = pair.prefill_request(p_rid)
         cw = pair.prefill.worker.connector_worker
         assert p_rid in cw._reqs_to_send or p_rid in cw._reqs_to_process
-        # The WRITE itself needs the decode side's PUSH_REG notification and
-        # a NIXL handshake with the decode worker (a remote peer): not run.
-        # Its in-flight handle is put where the push writer puts it; the
-        # stood-in agent reports it DONE.
-        handle = pair.prefill.agent.new_handle()
-        with cw._sending_transfers_lock:
-            cw._sending_transfers[p_rid].append(handle)
-        results = pair.prefill.worker.get_transfer_results(set())
+        results = pair.push_completes(p_rid)
         assert p_rid in results.finished_sending, "the WRITE completed"
         assert pair.prefill.agent.notifs == {}, "no notification came"
         seg = segment(pair.region.snapshot(token)) if pair.region.is_open(token) else None
@@ -317,22 +323,13 @@ def test_push_the_send_completes_from_the_write_handle_with_no_notification(regi
 
 
 def test_push_one_host_all_four_events_in_causal_order_and_the_request_closed(region_env, monkeypatch, fake_nixl):
-    if not classes.has_push():
-        pytest.skip(f"no NIXL push mode in {VERSIONS['vllm']}")
-    pair = Pair(monkeypatch, region_env, "push")
+    pair = push_pair(monkeypatch, region_env)
     try:
         p_rid, d_rid = "cmpl-push-2-0-1a2b3c4d", "cmpl-push-2-0-5e6f7a8b"
         token, params = pair.prefill_request(p_rid)
         assert ms(segment(pair.region.snapshot(token)), EMIT) is not None
         assert pair.decode_request(d_rid, params) is None, "the decode side joins the prefill side's request"
-        # The prefill worker's WRITE into the decode side's blocks (after the
-        # decode side's PUSH_REG and a NIXL handshake, a remote peer: not
-        # run) completes: its handle, where the push writer puts it, DONE.
-        cw = pair.prefill.worker.connector_worker
-        handle = pair.prefill.agent.new_handle()
-        with cw._sending_transfers_lock:
-            cw._sending_transfers[p_rid].append(handle)
-        results = pair.prefill.worker.get_transfer_results(set())
+        results = pair.push_completes(p_rid)
         assert p_rid in results.finished_sending and pair.prefill.agent.notifs == {}
         pair.prefill.step(kv_output=classes.kv_connector_output(finished_sending=results.finished_sending))
         # The decode worker learns of it from the prefill side's completion
