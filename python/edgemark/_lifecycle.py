@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
-from . import Event, _channel
+from . import Event, _channel, _presence
 from ._edgemark import Region, Token, default_dir
 from ._region_file import (
     ATTACH_WAIT_S,
@@ -95,6 +95,12 @@ class Spec:
     @property
     def env_max_open(self) -> str:
         return self.env + "_MAX_OPEN_S"
+
+    @property
+    def env_instance(self) -> str:
+        """The variable that names this server start (``_presence``),
+        inherited by the processes it starts."""
+        return "_" + self.env + "_INSTANCE"
 
     @property
     def marker(self) -> str:
@@ -182,6 +188,13 @@ class Recording:
         self._next_check = 0.0
         self._next_attach = 0.0
         self._attach_pause = RETRY_ATTACH_S / 2
+        #: This server start's name, which its processes share: the parts
+        #: each records are announced under it (``_presence``).
+        self.instance = _presence.instance(spec.env_instance)
+        self.presence = _presence.Presence(self.path, self.instance)
+        self.checker = _presence.Checker(self.path)
+        #: When this process's ``Owner`` started (``present``'s grace).
+        self._owner_since = 0.0
         self._reader = _channel.Reader(_channel.lookup_dir(self.path))
         self._reader_ok: Optional[bool] = None
         self.lock = threading.RLock()
@@ -247,6 +260,7 @@ class Recording:
                     self.uninstrument()
                     return None
                 self._region = self.owner.region
+                self._owner_since = time.monotonic()
                 self.say_pending()
                 self._start_ticker()
             return self.owner
@@ -312,6 +326,7 @@ class Recording:
             expired = region.expire(self.max_open_s)
         else:
             expired = owner.tick(self.max_open_s)
+            owner.close_due(time.monotonic(), self.decide_close)
         if expired:
             self.log.warning(
                 "edgemark: closed %d request(s) of %s open longer than %gs (the bound, %s): the events they lack "
@@ -361,6 +376,41 @@ class Recording:
     def forget_all(self) -> None:
         """Forgets what this process knows of requests (their region is
         gone); a subclass clears its own maps."""
+
+    # -- closers ----------------------------------------------------------------
+
+    #: How long after its ``Owner`` started a process waits for its
+    #: instance's parts to announce themselves before it takes their
+    #: absence for a fact (they announce within ``_presence.CHECK_S`` of the
+    #: region file's creation).
+    PRESENCE_GRACE_S = 4 * _presence.CHECK_S + 1.0
+
+    def present(self, part: str) -> Optional[bool]:
+        """Whether a process of this instance records ``part`` into the
+        region on this host; ``None`` while that cannot be told yet (during
+        ``PRESENCE_GRACE_S`` after this process's ``Owner`` started), and
+        ``True`` where it can never be told (no OFD locks, no file: nothing
+        is refused on a guess)."""
+        found = self.checker.present(part, self.instance)
+        if found is None or found:
+            return True
+        if time.monotonic() < self._owner_since + self.PRESENCE_GRACE_S:
+            return None
+        return False
+
+    def announce(self, part: str) -> None:
+        """This process records ``part`` of its instance into the region at
+        ``path`` from now on (``_presence.Presence``); never raises."""
+        try:
+            self.presence.announce(part)
+        except Exception as e:  # noqa: BLE001 - recording never fails a request
+            self.once.warn("announce", "edgemark: this process cannot say it records %s: %r", part, e)
+
+    def decide_close(self, request_id: str, token: Token, finished: float) -> Optional[float]:
+        """When a close this process queued (``Owner.close_at``) has come:
+        ``None`` to close now, a later monotonic time to ask again then, or
+        ``math.inf`` to leave it to the bound. A subclass says."""
+        return None
 
     # -- every process --------------------------------------------------------
 

@@ -18,13 +18,15 @@ import atexit
 import collections
 import errno
 import fcntl
+import heapq
+import itertools
 import json
 import logging
 import os
 import stat
 import threading
 import time
-from typing import Any, Deque, Dict, Iterable, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import _channel
 from ._edgemark import Region, Token
@@ -227,6 +229,11 @@ class Owner:
         #: garbage collector runs inside a locked section): done by ``tick``.
         self._later: Deque[Tuple[str, Token]] = collections.deque()
         self._successor: Dict[Token, Token] = {}
+        #: Closes due at a time (``close_at``): (monotonic time, order,
+        #: request ID, token, when the request finished), a heap.
+        self._due: List[Tuple[float, int, str, Token, float]] = []
+        self._due_lock = threading.Lock()
+        self._due_order = itertools.count()
 
     def release(self) -> None:
         """At exit: the lookup entries this process wrote, and the region if
@@ -334,6 +341,39 @@ class Owner:
         An instance begun again in its place (``succeeded``) is closed
         instead."""
         self._later.append((request_id, token))
+
+    def close_at(self, request_id: str, token: Token, when: float, finished: float) -> None:
+        """Closes ``request_id``'s instance (``token``'s) at monotonic time
+        ``when`` or at the first ``tick`` after it, unless its ``decide``
+        says otherwise then (``close_due``); ``finished`` is when the
+        request finished here. Safe from any thread."""
+        with self._due_lock:
+            heapq.heappush(self._due, (when, next(self._due_order), request_id, token, finished))
+
+    def due(self) -> int:
+        """How many closes wait for their time."""
+        return len(self._due)
+
+    def close_due(self, now: float, decide: Callable[[str, Token, float], Optional[float]]) -> int:
+        """Closes every request whose time has come and that is still open
+        under its ID, unless ``decide(request_id, token, finished)`` gives a
+        later time (``None``: close now; ``math.inf``: never, the bound on
+        open requests closes it). How many it closed."""
+        closed = 0
+        while True:
+            with self._due_lock:
+                if not self._due or self._due[0][0] > now:
+                    return closed
+                _, _, rid, token, finished = heapq.heappop(self._due)
+            with self.lock:
+                if self.tokens.get(rid) != token:
+                    continue  # closed already, or the ID begun again
+            later = decide(rid, token, finished)
+            if later is None:
+                self.close(rid, token)
+                closed += 1
+            elif later != float("inf"):
+                self.close_at(rid, token, later, finished)
 
     def succeeded(self, old: Token, new: Token) -> None:
         """``new`` was begun in place of ``old`` (same request, another

@@ -177,7 +177,7 @@ def test_a_newer_release_whose_call_site_changed_is_refused(framework, caplog):
 def test_the_vllm_plugin_declares_what_it_reads_by_part():
     from edgemark.vllm import connector, package
 
-    assert set(package.PARTS) == {"request", "output", "accept", "send"}
+    assert set(package.PARTS) == {"request", "output", "accept", "send", "finish"}
     assert [n for n, p in package.PARTS.items() if p.essential] == ["request"]
     (step,) = connector.ENGINE_TARGETS
     assert step.part == "output"

@@ -341,8 +341,11 @@ def test_requests_nobody_closes_are_closed_within_the_bound_and_counted(tmp_path
     monkeypatch.setenv("EDGEMARK_VLLM_REGION", str(tmp_path / "r.region"))
     monkeypatch.setenv("EDGEMARK_VLLM_MAX_OPEN_S", "1")
     monkeypatch.setenv("EDGEMARK_VLLM_SLOTS", "4")
-    api = pd.Recording()
+    api, engine = pd.Recording(), pd.Recording()
     owner = api.start(None)
+    # Their engine core records on this host (a prefill side whose engines
+    # ran elsewhere would begin nothing: test_vllm_pd_closers).
+    engine.announce(pd.SCHEDULER_PART)
     assert api.max_open_s == 1.0
     begun = []
     for round_ in range(4):

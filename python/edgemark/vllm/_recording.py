@@ -15,6 +15,15 @@ Who begins and who closes (see docs/vllm.md):
   the same ``traceparent``. When the lookup has it, the decode side *joins*
   it instead (a marker beside the entry) and records into the prefill
   side's request;
+- the API server that began a request is its closer of last resort, from
+  when it sees the request finish (``finished``, ``aborted``): a decode
+  request of its own at once; a prefill request once nothing more can come
+  (``decide_close``: no emit here, or no send side of its instance left on
+  the host, or a joined decode side's first output in), else again after
+  each KV lease while its instance's send side lives. The bound on open
+  requests (``<PREFIX>_MAX_OPEN_S`` from ``begin``) stays the last resort.
+  Where nothing of its instance on the host can record a request (no
+  scheduler side, no lookup), the API server begins nothing and says so;
 - the request *closes* when nothing more can be recorded for it: on the
   prefill side, after send complete when no decode side joined, or when a
   joined decode side has recorded its first output; when the request was
@@ -65,6 +74,17 @@ MIN_SLOTS, MAX_SLOTS, FALLBACK_SLOTS = 256, 65536, 1024
 #: Requests a scheduler or worker process remembers.
 CACHE = 4096
 RETRY_MISSING_S = 1.0
+#: How long after the API server saw a request finish it asks whether the
+#: request can still get events (``Recording.decide_close``): what its
+#: engine core records comes before the output the API server sees, and a
+#: decode side on this host joins as its request arrives.
+SETTLE_S = 2.0
+#: NixlConnector's KV lease unless its ``kv_connector_extra_config`` says
+#: ``kv_lease_duration`` (vLLM's default); a decode side that waits renews
+#: it with heartbeats.
+LEASE_S = 30.0
+#: The parts of this plugin a process announces (``_presence``).
+SCHEDULER_PART, SENDER_PART = "pd-scheduler", "pd-sender"
 
 
 def kv_params(request: Any) -> Optional[Dict[str, Any]]:
@@ -105,6 +125,17 @@ def slots_for(vllm_config: Any, once: Once) -> int:
         ranks = dp if isinstance(dp, int) and dp > 0 else 1
         return min(max(4 * n * ranks, MIN_SLOTS), MAX_SLOTS)
     return FALLBACK_SLOTS
+
+
+def lease_of(vllm_config: Any) -> float:
+    """The instance's KV lease in seconds (``kv_lease_duration`` in its
+    ``kv_connector_extra_config``), else ``LEASE_S``."""
+    kv = getattr(vllm_config, "kv_transfer_config", None)
+    extra = getattr(kv, "kv_connector_extra_config", None)
+    value = extra.get("kv_lease_duration") if isinstance(extra, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 86400:
+        return float(value)
+    return LEASE_S
 
 
 def connector_name(vllm_config: Any) -> Optional[str]:
@@ -166,8 +197,13 @@ class Recording(_lifecycle.Recording):
         #: The parts of ``package.PARTS`` refused in this release, with why:
         #: their wrappers are not made (the instrumentor's dict).
         self.broken: Dict[str, str] = {}
+        #: The side of each request this API server began and has not seen
+        #: finish, by request ID.
+        self.begun: Dict[str, str] = {}
+        #: The instance's KV lease (``start``).
+        self.lease_s = LEASE_S
 
-    def forget_all(self) -> None:
+    def _forget_requests(self) -> None:
         with self.lock:
             self.requests.clear()
             self.awaiting_output.clear()
@@ -188,6 +224,8 @@ class Recording(_lifecycle.Recording):
                 self.unfollowed,
             )
             return None
+        if vllm_config is not None:
+            self.lease_s = lease_of(vllm_config)
         return self.ensure_owner(EDGES, slots_for(vllm_config, self.once))
 
     def begin(self, request_id: str, params: Optional[Dict[str, Any]], traceparent: Optional[str]) -> Optional[Token]:
@@ -207,7 +245,112 @@ class Recording(_lifecycle.Recording):
             if token is not None and owner.region.is_open(token):
                 self._reader.join(remote)
                 return None
-        return owner.begin(request_id, traceparent)
+        if not self.can_record(owner):
+            return None
+        token = owner.begin(request_id, traceparent)
+        if token is not None:
+            self.begun[request_id] = side
+        return token
+
+    def can_record(self, owner: Owner) -> bool:
+        """Whether a request begun now has someone on this host to record
+        and close it: a lookup to publish its token in, and a scheduler side
+        of this instance (an engine core whose connector is wrapped). If
+        not, said (again while it lasts) and nothing is begun."""
+        if owner.writer is None:
+            self.said.warn(
+                "no-lookup",
+                "edgemark: requests arrive but the request lookup %s cannot be written, so no engine core could "
+                "record or close them: they are not begun",
+                _lifecycle._channel.lookup_dir(self.path),
+            )
+            return False
+        self.said.ended("no-lookup")
+        if self.present(SCHEDULER_PART) is False:
+            self.said.warn(
+                "no-scheduler",
+                "edgemark: requests arrive but no engine core of this instance records into %s on this host (its "
+                "engines run elsewhere, or their connector is not followed): they are not begun here",
+                self.path,
+            )
+            return False
+        self.said.ended("no-scheduler")
+        return True
+
+    def finished(self, request_id: str) -> None:
+        """The API server saw ``request_id`` finish (its last output): the
+        request closes once nothing more can come (``decide_close``)."""
+        side = self.begun.pop(request_id, None)
+        owner = self.owner
+        if side is None or owner is None:
+            return
+        token = owner.tokens.get(request_id)
+        if token is None:
+            return
+        now = time.monotonic()
+        owner.close_at(request_id, token, now if side == "decode" else now + SETTLE_S, now)
+
+    def aborted(self, request_ids: Any) -> None:
+        """The API server aborted these requests before they finished:
+        nothing is handed over, they close."""
+        owner = self.owner
+        if owner is None:
+            return
+        now = time.monotonic()
+        for rid in request_ids:
+            if self.begun.pop(rid, None) is None:
+                continue
+            token = owner.tokens.get(rid)
+            if token is not None:
+                owner.close_at(rid, token, now, now)
+
+    def decide_close(self, request_id: str, token: Token, finished: float) -> Optional[float]:
+        """A request this API server saw finish, ``SETTLE_S`` on (a prefill
+        request; a decode request of its own closes at once): closed when no
+        more can come, else asked again later.
+
+        - no emit recorded: its blocks were not kept for a decode side on
+          this host's engines (not handed over, or prefilled elsewhere):
+          closed;
+        - a decode side joined it: closed once that side's first output is
+          in and no send side of this instance is left to record send
+          complete (else the joined side or the send side closes it, the
+          bound as the last resort: ``math.inf``);
+        - else closed when no send side of this instance is left on the host
+          (no send complete can come); while one lives, asked again after
+          each KV lease (a waiting decode side renews it; the lease's
+          expiry closes it in the worker).
+        """
+        owner = self.owner
+        if owner is None:
+            return None
+        region = owner.region
+        if not region.recorded(token, PREFILL, DECODE, EMIT):
+            return None
+        sender = self.present(SENDER_PART)
+        if sender is None:
+            # Not told yet (the instance's processes are still announcing).
+            return time.monotonic() + SETTLE_S
+        if self.joined(request_id):
+            if not sender and region.recorded(token, PREFILL, DECODE, OUTPUT):
+                return None
+            return time.monotonic() + (self.lease_s if sender else SETTLE_S)
+        if not sender:
+            return None
+        return time.monotonic() + self.lease_s + SETTLE_S
+
+    def forget_all(self) -> None:
+        self._forget_requests()
+        self.begun.clear()
+
+    def tick(self) -> None:
+        super().tick()
+        # Requests closed by others (their engines), or never seen to finish
+        # here: forgotten with their tokens.
+        owner = self.owner
+        if owner is not None and self.begun:
+            for rid in [r for r in self.begun if r not in owner.tokens]:
+                self.begun.pop(rid, None)
 
     def abandon(self, request_id: str, token: Token) -> None:
         """Closes a request the API server began that never reached the

@@ -16,7 +16,13 @@ call site                             what the wrapper does
 ``AsyncLLM._add_request``             with the internal request ID: begins a prefill
                                       request (published under that ID) or a decode
                                       request of its own, or joins a decode request
-                                      to the prefill side's (``_recording``)
+                                      to the prefill side's (``_recording``); begins
+                                      nothing where no engine core of the instance
+                                      records on this host, or with no lookup
+``OutputProcessor._finish_request``   a request this process began finished here:
+                                      its close is queued (``Recording.finished``)
+``OutputProcessor.abort_requests``    the requests it aborted (their internal IDs,
+                                      what it returns) close
 ====================================  ==============================================
 
 A request fanned out with ``n > 1`` reaches the engine without
@@ -34,6 +40,7 @@ from .._lifecycle import traceparent_in
 from ._recording import Recording, kv_params
 
 _ASYNC_LLM = "vllm.v1.engine.async_llm"
+_OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
 
 #: Where ``trace_headers`` sits among ``add_request``'s positional
 #: parameters after ``params``.
@@ -102,6 +109,37 @@ def wrap_internal_add_request(orig: Callable, rec: Recording) -> Callable:
     return _add_request
 
 
+def wrap_finish_request(orig: Callable, rec: Recording) -> Callable:
+    begun = rec.begun
+
+    def _finish_request(self, req_state, *args, **kwargs):
+        if begun:
+            try:
+                rid = req_state.request_id
+                if rid in begun:
+                    rec.finished(rid)
+            except Exception as e:  # noqa: BLE001 - recording never fails a request
+                rec.once.debug("w-finish", "edgemark: a finished request's close not queued: %r", e)
+        return orig(self, req_state, *args, **kwargs)
+
+    return _finish_request
+
+
+def wrap_abort_requests(orig: Callable, rec: Recording) -> Callable:
+    begun = rec.begun
+
+    def abort_requests(self, request_ids, internal, *args, **kwargs):
+        aborted = orig(self, request_ids, internal, *args, **kwargs)
+        if begun and aborted:
+            try:
+                rec.aborted(aborted)
+            except Exception as e:  # noqa: BLE001
+                rec.once.debug("w-abort", "edgemark: an aborted request's close not queued: %r", e)
+        return aborted
+
+    return abort_requests
+
+
 TARGETS = (
     Target(_ASYNC_LLM, "AsyncLLM", "__init__", None, wrap_init),
     Target(_ASYNC_LLM, "AsyncLLM", "add_request",
@@ -109,4 +147,8 @@ TARGETS = (
             "trace_headers"), wrap_add_request, is_async=True),
     Target(_ASYNC_LLM, "AsyncLLM", "_add_request", ("self", "request", "prompt", "parent_req", "index", "queue"),
            wrap_internal_add_request, is_async=True),
+    Target(_OUTPUT_PROCESSOR, "OutputProcessor", "_finish_request", ("self", "req_state"), wrap_finish_request,
+           part="finish"),
+    Target(_OUTPUT_PROCESSOR, "OutputProcessor", "abort_requests", ("self", "request_ids", "internal"),
+           wrap_abort_requests, part="finish"),
 )  # fmt: skip

@@ -67,7 +67,7 @@ import inspect
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from .._instrument import Target
-from ._recording import Recording, follows, log
+from ._recording import SCHEDULER_PART, SENDER_PART, Recording, follows, log
 
 _FACTORY = "vllm.distributed.kv_transfer.kv_connector.factory"
 
@@ -177,6 +177,10 @@ def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
         make = _SCHEDULER_WRAPPERS.get(name) or _WORKER_WRAPPERS[name]
         wrapper = make(method, rec, connector)
         setattr(connector, name, functools.wraps(method)(wrapper))
+    if role == "SCHEDULER":
+        # This instance's API server begins requests on this host only while
+        # a scheduler side of it records here.
+        rec.announce(SCHEDULER_PART)
     log.debug("edgemark: wrapped the %s side of KV connector %s", role.lower(), type(connector).__name__)
     return True
 
@@ -316,6 +320,10 @@ def _send_side(rec: Recording, connector: Any) -> Optional[Tuple[Set[str], Set[s
 def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Callable:
     send = None if "send" in rec.broken else _send_side(rec, connector)
     accept = "accept" not in rec.broken
+    if send is not None:
+        # A prefill request this instance's API server saw finish waits for
+        # send complete (or the lease) only while a send side records here.
+        rec.announce(SENDER_PART)
 
     def get_transfer_results(finished_req_ids, *args, **kwargs):
         unsent = frozenset()

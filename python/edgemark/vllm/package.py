@@ -92,6 +92,13 @@ PARTS: Dict[str, Part] = {
         ),
         "consumer_first_accept is",
     ),
+    "finish": Part(
+        (
+            Field("vllm.v1.engine.output_processor", "RequestState", "request_id", "init"),
+        ),
+        "the API server's close of a request when it finishes is (its requests close by their engines, and by "
+        "the bound on open requests where nothing else closes them)",
+    ),
     "send": Part(
         (
             Field(_BASE, "KVConnectorTransferResults", "finished_sending"),
