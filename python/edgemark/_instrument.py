@@ -68,6 +68,27 @@ class Target:
         return f"{self.cls}.{self.attr}" if self.cls else f"{self.module}.{self.attr}"
 
 
+#: The variable vLLM adds prefixes from to what its Ray executors copy to
+#: the processes they start (vLLM 0.32 on; comma-separated).
+RAY_PREFIXES_VAR = "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
+#: The prefixes of the plugins' variables: the switches, the region's name
+#: and the instance's (``_presence``), each inherited by every process.
+OWN_PREFIXES = ("EDGEMARK_", "_EDGEMARK_")
+
+
+def carry_to_ray() -> None:
+    """Has vLLM's Ray executors copy the plugins' variables to the
+    processes they start on any node (engine cores as Ray actors with data
+    parallel over Ray, workers of the older Ray executor), as they copy
+    vLLM's own: the plugins' prefixes are added to ``RAY_PREFIXES_VAR`` in
+    this process's environment, which the processes it starts inherit and
+    vLLM reads when it starts them. What the user put there stays."""
+    have = [p.strip() for p in os.environ.get(RAY_PREFIXES_VAR, "").split(",") if p.strip()]
+    missing = [p for p in OWN_PREFIXES if p not in have]
+    if missing:
+        os.environ[RAY_PREFIXES_VAR] = ",".join(have + missing)
+
+
 class MissingError(LookupError):
     """A call site is not there at all."""
 
@@ -451,6 +472,7 @@ class Instrumentor(Generic[R]):
             if value != "1":
                 self.refuse("edgemark: %s=%r is not 1: %s not recorded", var, value, what)
                 return
+            carry_to_ray()
             instrument()
         except Exception as e:  # noqa: BLE001 - a plugin must not stop the server
             self._log.warning("edgemark: the %s plugin did not load: %s", plugin, e)

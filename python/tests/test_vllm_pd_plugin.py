@@ -106,6 +106,28 @@ def test_without_vllm_one_warning_and_nothing_patched(tmp_path):
     assert len(warnings) == 1 and "not installed" in warnings[0] and package.SUPPORTED in warnings[0]
 
 
+def test_the_entry_point_has_ray_copy_the_plugins_variables(tmp_path):
+    # vLLM's Ray executors copy to the processes they start only vLLM's
+    # variables and the prefixes in VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY:
+    # switched on, the entry point adds the plugins' (test_vllm_pd_releases
+    # checks it against each release's own copy).
+    code = (
+        "import os\n"
+        "from edgemark import vllm as v\n"
+        "from edgemark import _instrument\n"
+        "_instrument.installed_version = lambda distribution: None\n"
+        "v.register()\n"
+        "print(os.environ.get('VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_", "VLLM_RAY"))}
+    run = lambda extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path, env={**env, **extra}
+    ).stdout.splitlines()[-1]
+    assert run({}) == "None", "off: untouched"
+    assert run({"EDGEMARK_VLLM": "1"}) == "EDGEMARK_,_EDGEMARK_"
+    assert run({"EDGEMARK_VLLM": "1", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY": "A_"}) == "A_,EDGEMARK_,_EDGEMARK_"
+
+
 def test_the_supported_range_is_declared_once_and_takes_the_cpu_build():
     assert package._instruments == ("vllm >= 0.32.0, < 0.35",)
     assert package.TESTED == ("0.32.0", "0.33.0", "0.34.0")
@@ -367,10 +389,15 @@ def test_a_nixl_like_connector_records_through_its_instance_hooks(region_env, mo
     assert pair.d_api.begin("d-1", decode_params("p-1"), TRACE) is None
     d_req = request("d-1", **decode_params("p-1"))
     d_sched.update_state_after_alloc(d_req, None, 64)
-    # The decode worker's read is done and it notified the prefill worker;
-    # the lease of p-2 expired.
+    # The decode worker's read is done (its own results say so, which is
+    # not yet the request's accept: with TP > 1 every rank must be done) and
+    # it notified the prefill worker; the lease of p-2 expired.
     d_worker.results = Results(recving={"d-1"})
     d_worker.get_transfer_results(set())
+    assert ms(segment(pair.p_api.owner.region.snapshot(ok)), ACCEPT) is None
+    # The decode scheduler sees every rank done: accepted.
+    d_sched.update_connector_output(SimpleNamespace(finished_recving={"d-1"}, failed_recving=set()))
+    assert ms(segment(pair.p_api.owner.region.snapshot(ok)), ACCEPT) is not None
     p_worker.connector_worker.notifs = {"p-1"}
     p_worker.connector_worker.expired = {"p-2"}
     p_worker.get_transfer_results(set())
@@ -414,8 +441,8 @@ def test_a_push_whose_write_completed_is_send_complete_not_an_expired_lease(regi
 
 def test_a_worker_without_the_reaper_records_no_send_and_says_so_once(region_env, monkeypatch, caplog):
     # Without the reaper nothing tells a completed push from an expired
-    # lease: the send side is not recorded (the bound closes the requests),
-    # the accept side still is.
+    # lease: the send side is not recorded (the bound closes the requests);
+    # the accept side is the scheduler's.
     class OldWorker(NixlLikeWorker):
         _reap_expired_send_leases = None
 

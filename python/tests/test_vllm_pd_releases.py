@@ -419,3 +419,27 @@ def test_the_first_output_is_read_from_the_releases_model_runner_output(region_e
         assert ms(seg, OUTPUT) is not None and ms(seg, ACCEPT) <= ms(seg, OUTPUT)
     finally:
         decode.close()
+
+
+# -- Ray ---------------------------------------------------------------------------
+
+
+def test_vllm_s_ray_executors_copy_the_plugins_variables_to_what_they_start(monkeypatch, tmp_path):
+    # What vLLM's Ray executors hand the engine cores and workers they start
+    # on other nodes (data parallel over Ray; the older executor's workers):
+    # vLLM's own variables and a few prefixes, plus the user's extra
+    # prefixes, which the plugin's entry point extends with its own.
+    from vllm.ray.ray_env import get_env_vars_to_copy
+
+    monkeypatch.delenv(_instrument.RAY_PREFIXES_VAR, raising=False)
+    monkeypatch.setenv(em_vllm.ENV_REGION, str(tmp_path / "r.region"))
+    monkeypatch.setenv("_EDGEMARK_VLLM_INSTANCE", "0123456789abcdef")
+    ours = {em_vllm.ENV_REGION, "_EDGEMARK_VLLM_INSTANCE"}
+    assert not ours & get_env_vars_to_copy(), "not copied by vLLM on its own"
+    monkeypatch.setenv(_instrument.RAY_PREFIXES_VAR, "MYLIB_")
+    monkeypatch.setenv("MYLIB_X", "1")
+    _instrument.carry_to_ray()
+    copied = get_env_vars_to_copy()
+    assert ours <= copied and "MYLIB_X" in copied, "the user's prefix stays"
+    _instrument.carry_to_ray()
+    assert os.environ[_instrument.RAY_PREFIXES_VAR] == "MYLIB_,EDGEMARK_,_EDGEMARK_", "added once"

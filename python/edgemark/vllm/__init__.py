@@ -24,7 +24,9 @@ event                             process                        where
                                                                  the blocks for a decode
 ``edge_first_send_complete``      prefill worker                 a decode side notified it
                                                                  has read the blocks
-``consumer_first_accept``         decode worker, else scheduler  ``finished_recving``
+``consumer_first_accept``         decode engine core             ``update_connector_output``:
+                                                                 every worker rank has
+                                                                 loaded the KV
 ``consumer_first_nonempty_output``decode engine core             first sampled token
 ================================  =============================  ==========================
 

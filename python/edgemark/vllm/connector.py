@@ -29,10 +29,11 @@ after_alloc``                               ``remote_request_id`` (again at allo
                                             while none was found)
 scheduler side: ``update_connector_         ``consumer_first_accept`` for each decode
 output``                                    request in ``finished_recving`` and not in
-                                            ``failed_recving`` (if the worker did not)
-worker side: ``get_transfer_results``       ``consumer_first_accept`` as above, for a
-                                            decode request this process registered;
-                                            ``edge_first_send_complete`` for each
+                                            ``failed_recving``: the step's aggregate,
+                                            once every worker rank has loaded it, so
+                                            the same moment whatever the TP size and
+                                            wherever the workers run
+worker side: ``get_transfer_results``       ``edge_first_send_complete`` for each
                                             ``finished_sending`` ID the lease reaper did
                                             not add and no notification reported: a push
                                             whose WRITE completed (0.33 on)
@@ -176,7 +177,8 @@ def wrap_instance(connector: Any, role: str, rec: Recording) -> bool:
             continue
         make = _SCHEDULER_WRAPPERS.get(name) or _WORKER_WRAPPERS[name]
         wrapper = make(method, rec, connector)
-        setattr(connector, name, functools.wraps(method)(wrapper))
+        if wrapper is not method:
+            setattr(connector, name, functools.wraps(method)(wrapper))
     if role == "SCHEDULER":
         # This instance's API server begins requests on this host only while
         # a scheduler side of it records here.
@@ -318,39 +320,37 @@ def _send_side(rec: Recording, connector: Any) -> Optional[Tuple[Set[str], Set[s
 
 
 def _transfer_results(method: Callable, rec: Recording, connector: Any) -> Callable:
+    """The worker's step results: send complete for each push whose WRITE
+    completed. A rank's own ``finished_recving`` is not read: with TP > 1
+    each rank loads its shard, and the request is accepted when the
+    scheduler's ``update_connector_output`` sees all of them done (recorded
+    there, the same moment in every deployment)."""
     send = None if "send" in rec.broken else _send_side(rec, connector)
-    accept = "accept" not in rec.broken
-    if send is not None:
-        # A prefill request this instance's API server saw finish waits for
-        # send complete (or the lease) only while a send side records here.
-        rec.announce(SENDER_PART)
+    if send is None:
+        return method
+    notified, reaped, nixl_worker = send
+    # A prefill request this instance's API server saw finish waits for
+    # send complete (or the lease) only while a send side records here.
+    rec.announce(SENDER_PART)
 
     def get_transfer_results(finished_req_ids, *args, **kwargs):
-        unsent = frozenset()
-        if send is not None:
-            send[0].clear()
-            send[1].clear()
-            try:
-                # A replicated prefill-context-parallel rank reports what it
-                # never sent as finished at once: not a send complete.
-                unsent = set(getattr(send[2], "_replicated_pcp_done_sending", ()))
-            except Exception:  # noqa: BLE001
-                unsent = frozenset()
+        notified.clear()
+        reaped.clear()
+        try:
+            # A replicated prefill-context-parallel rank reports what it
+            # never sent as finished at once: not a send complete.
+            unsent = set(getattr(nixl_worker, "_replicated_pcp_done_sending", ()))
+        except Exception:  # noqa: BLE001
+            unsent = set()
         results = method(finished_req_ids, *args, **kwargs)
         try:
-            if send is not None:
-                notified, reaped, _ = send
-                sending = results.finished_sending
-                if sending:
-                    for rid in sending:
-                        if rid not in notified and rid not in reaped and rid not in unsent:
-                            # Neither read nor reaped: a push whose WRITE
-                            # completed (the push worker adds those).
-                            rec.sent(rid)
-            if accept:
-                recving = results.finished_recving
-                if recving:
-                    _accepted(rec, recving, results.failed_recving)
+            sending = results.finished_sending
+            if sending:
+                for rid in sending:
+                    if rid not in notified and rid not in reaped and rid not in unsent:
+                        # Neither read nor reaped: a push whose WRITE
+                        # completed (the push worker adds those).
+                        rec.sent(rid)
         except Exception as e:  # noqa: BLE001
             rec.once.debug("w-results", "edgemark: transfer results not recorded: %r", e)
         return results

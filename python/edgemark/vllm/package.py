@@ -87,8 +87,6 @@ PARTS: Dict[str, Part] = {
         (
             Field(_OUTPUTS, "KVConnectorOutput", "finished_recving"),
             Field(_OUTPUTS, "KVConnectorOutput", "failed_recving"),
-            Field(_BASE, "KVConnectorTransferResults", "finished_recving"),
-            Field(_BASE, "KVConnectorTransferResults", "failed_recving"),
         ),
         "consumer_first_accept is",
     ),
