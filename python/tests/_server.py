@@ -118,7 +118,7 @@ class ServerProcess:
         return {}
 
     def environ(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
         env.update(self.server_env())
         env.update(self.env)
         # The environment's bin first, as an activated venv would have it.

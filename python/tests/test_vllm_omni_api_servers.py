@@ -146,7 +146,7 @@ def run():
 
         # As a user switches the plugin on: two variables, nothing else (no
         # region named: the plugin names it).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
         env.update(EDGEMARK_VLLM_OMNI="1", EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1")
         server = omni.OmniServer(
             python=sys.executable,

@@ -161,7 +161,7 @@ def run():
         phoenix_url = f"http://127.0.0.1:{phoenix_port}"
 
         # As a user switches the plugin on: two variables, nothing else.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
         env.update(EDGEMARK_VLLM_OMNI="1", EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1")
         server = omni.OmniServer(
             python=sys.executable,

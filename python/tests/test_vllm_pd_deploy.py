@@ -121,7 +121,7 @@ def traceparent() -> str:
 
 def plain_env() -> dict:
     """This environment without edgemark's variables (no region named by hand)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("EDGEMARK_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
 
 
 # ---------------------------------------------------------------------------
