@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -62,8 +61,10 @@ def test_sigint_ends_it_and_a_closed_pipe_is_quiet(tmp_path):
     assert run("create", path, "--edge", "0:1", "--slots", "64").returncode == 0
     # Ctrl-C ends the command as it ends the binary: killed by SIGINT, not
     # a KeyboardInterrupt waiting for the command to return.
-    p = subprocess.Popen([*CLI, "watch", path, "--interval", "0.1"], stdout=subprocess.DEVNULL)
-    time.sleep(1.5)
+    # Sent once the command runs (its first line out), not while Python
+    # starts: a loaded machine can take longer than any fixed pause.
+    p = subprocess.Popen([*CLI, "watch", path, "--interval", "0.1"], stdout=subprocess.PIPE)
+    assert p.stdout.readline().startswith(b"region")
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=20) == -signal.SIGINT
     # A reader that goes away: status 0, nothing on standard error.
