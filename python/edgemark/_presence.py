@@ -54,6 +54,9 @@ PARTS: Dict[str, int] = {
     # vLLM P/D: a worker-side NIXL connector that records send complete and
     # closes at an expired lease.
     "pd-sender": 1,
+    # vLLM P/D: an API server, which begins the instance's requests on its
+    # host (an engine core with none on its host begins its own).
+    "pd-api": 2,
 }
 
 

@@ -69,6 +69,11 @@ for line in sys.stdin:
         rec.finished(cmd["rid"])
     elif op == "aborted":
         rec.aborted(cmd["rids"])
+    elif op == "alloc":
+        # The scheduler allocates the request's blocks (every request passes
+        # update_state_after_alloc).
+        pd_ = rec.pd_of(request(cmd["rid"], cmd["side"]))
+        out = None if pd_ is None or pd_.token is None else str(pd_.token)
     elif op == "emit":
         rec.handed_over(request(cmd["rid"], "prefill"), True, {"remote_request_id": cmd["rid"]})
     elif op == "sent":
@@ -81,6 +86,8 @@ for line in sys.stdin:
         rec.accepted(cmd["rid"])
         rec.first_output(step(cmd["rid"]))
         rec.handed_over(r, False, None)
+    elif op == "state":
+        out = {"begins_own": rec.begins_own, "owner": rec.owner is not None}
     elif op == "open":
         out = len(rec.owner.tokens) if rec.owner is not None else None
     elif op == "exit":
@@ -114,6 +121,12 @@ class Proc:
         line = self.proc.stdout.readline()
         assert line, f"the process died: {self.proc.stderr.read()}"
         return json.loads(line)["ok"]
+
+    def exit(self) -> int:
+        """A normal exit (its exit handlers run); its status."""
+        self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+        self.proc.stdin.flush()
+        return self.proc.wait(timeout=PATIENCE_S)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -421,3 +434,55 @@ def test_requests_with_no_closer_here_at_several_times_slots_per_bound_never_fil
     assert len(got) == len(remote) + len(local) and counters["closed_lost"] == 0
     assert all(events(got[t]) == {ACCEPT, OUTPUT} for t in local), "every local request recorded"
     assert all(events(got[t]) == {EMIT} for t in remote), "the others counted where they end"
+
+
+# -- a host with no API server ---------------------------------------------------
+
+
+def test_an_engine_core_with_no_api_server_on_its_host_begins_and_closes_its_own_requests(tmp_path, procs):
+    # A headless data parallel node (`vllm serve --headless`): its engine
+    # cores and workers load the plugin, the API server runs on another
+    # node. Nothing made this host's region.
+    env = instance_env(tmp_path)
+    path = env["EDGEMARK_VLLM_REGION"]
+    engine = procs(env, {"tick": 0.2, "settle": 0.2})
+    engine("announce", part=pd.SCHEDULER_PART)
+    sender = procs(env)
+    sender("announce", part=pd.SENDER_PART)
+    assert not os.path.exists(path)
+    assert engine("alloc", rid="p-1", side="prefill"), "begun here, in a region it made"
+    assert os.path.exists(path) and engine("state") == {"begins_own": True, "owner": True}
+    region = edgemark.Region.attach(path)
+    assert engine("alloc", rid="p-2", side="prefill")
+    assert engine("alloc", rid="d-3", side="decode")
+    engine("emit", rid="p-1")
+    engine("emit", rid="p-2")
+    # The worker finds the engine core's tokens in the lookup: send complete
+    # for one; the other's decode side never reads it.
+    sender("sent", rid="p-1")
+    engine("decode", rid="d-3")
+    wait_for(lambda: len(region.open_requests()) == 1)
+    sender.kill()
+    wait_for(lambda: region.open_requests() == [])
+    got = sorted(sorted(events(snap)) for snap in closed_by_trace(region).values())
+    assert got == sorted(sorted(e) for e in ({EMIT, SEND}, {EMIT}, {ACCEPT, OUTPUT})), got
+    assert region.counters()["expired_requests"] == 0
+    assert engine.exit() == 0
+    said = [line for line in engine.log().splitlines() if "no API server of this instance" in line]
+    assert len(said) == 1 and path in said[0]
+
+
+def test_an_engine_core_beside_its_api_server_never_begins(tmp_path, procs):
+    env = instance_env(tmp_path)
+    api = procs(env)
+    assert api("start")
+    engine = procs(env)
+    engine("announce", part=pd.SCHEDULER_PART)
+    # A request the API server did not begin (refused, or full): nothing
+    # here begins it instead.
+    assert engine("alloc", rid="p-1", side="prefill") is None
+    assert engine("state") == {"begins_own": False, "owner": False}
+    # Another instance's API server on the host is not this one's.
+    other = procs(instance_env(tmp_path, "b"))
+    assert other("start")
+    assert edgemark.Region.attach(env["EDGEMARK_VLLM_REGION"]).open_requests() == []

@@ -84,7 +84,7 @@ SETTLE_S = 2.0
 #: it with heartbeats.
 LEASE_S = 30.0
 #: The parts of this plugin a process announces (``_presence``).
-SCHEDULER_PART, SENDER_PART = "pd-scheduler", "pd-sender"
+SCHEDULER_PART, SENDER_PART, API_PART = "pd-scheduler", "pd-sender", "pd-api"
 
 
 def kv_params(request: Any) -> Optional[Dict[str, Any]]:
@@ -202,6 +202,9 @@ class Recording(_lifecycle.Recording):
         self.begun: Dict[str, str] = {}
         #: The instance's KV lease (``start``).
         self.lease_s = LEASE_S
+        #: This engine core begins its own requests: no API server of its
+        #: instance on its host (a headless data parallel node).
+        self.begins_own = False
 
     def _forget_requests(self) -> None:
         with self.lock:
@@ -226,7 +229,11 @@ class Recording(_lifecycle.Recording):
             return None
         if vllm_config is not None:
             self.lease_s = lease_of(vllm_config)
-        return self.ensure_owner(EDGES, slots_for(vllm_config, self.once))
+        owner = self.ensure_owner(EDGES, slots_for(vllm_config, self.once))
+        if owner is not None:
+            # The instance's engine cores on this host leave beginning to it.
+            self.announce(API_PART)
+        return owner
 
     def begin(self, request_id: str, params: Optional[Dict[str, Any]], traceparent: Optional[str]) -> Optional[Token]:
         """What the API server does with a request as it arrives: begins a
@@ -404,6 +411,8 @@ class Recording(_lifecycle.Recording):
                 found = self.lookup(remote)
                 if found is not None and region.is_open(found):
                     token, key, shared = found, remote, True
+        if token is None and self.no_api_server(region):
+            token = self.begin_own(rid, side, request)
         if token is None:
             self.once.debug("token", "edgemark: no token for request %r, it records nothing here", rid)
         pd = self._remember(rid, PD(side, key, token, shared, time.monotonic()))
@@ -412,6 +421,39 @@ class Recording(_lifecycle.Recording):
             # load is ever reported (nothing to load, a local recompute).
             self.awaiting_output[rid] = pd
         return pd
+
+    def no_api_server(self, region: Any) -> bool:
+        """Whether this engine core has no API server of its instance on its
+        host to begin its requests (a headless data parallel node, whose
+        API server runs on another node): no region file at all, or one
+        that no API server of the instance announces itself in."""
+        if self.begins_own:
+            return True
+        if self.owner is not None:
+            return False  # the API server's own process: it began what it could
+        return region is None or self.checker.present(API_PART, self.instance) is False
+
+    def begin_own(self, request_id: str, side: str, request: Any) -> Optional[Token]:
+        """Begins ``request`` here, in this host's region (made if it is not
+        there), as an API server would: under the trace context vLLM
+        carries in ``trace_headers`` (when its own tracing is on), else one
+        of its own. Closed as an API server's (``decide_close``), from the
+        engine's own view of the request's end."""
+        owner = self.ensure_owner(EDGES, slots_for(None, self.once))
+        if owner is None or not self.can_record(owner):
+            return None
+        if not self.begins_own:
+            self.begins_own = True
+            self.log.warning(
+                "edgemark: no API server of this instance records on this host (a headless node): this engine core "
+                "begins and closes its requests in %s itself; their traces join the API server's only where vLLM "
+                "carries trace headers (its --otlp-traces-endpoint)",
+                self.path,
+            )
+        token = owner.begin(request_id, _lifecycle.traceparent_in(getattr(request, "trace_headers", None)))
+        if token is not None:
+            self.begun[request_id] = side
+        return token
 
     def pd_of_sent(self, request_id: str) -> Optional[PD]:
         """The state of a request a worker reports sent (a prefill request,
@@ -475,6 +517,9 @@ class Recording(_lifecycle.Recording):
         if pd.side == "prefill":
             if delay_free and params:
                 self.record(pd, EMIT)
+                if self.begins_own:
+                    # Finished here, as its API server would have seen it.
+                    self.finished(rid)
             else:
                 self.close(pd)
                 self.forget(rid)
