@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import pytest
 
 import edgemark
-from edgemark import _channel, _clean, _lifecycle
+from edgemark import _channel, _clean, _lifecycle, _region_file
 from edgemark.vllm import _recording as pd
 from edgemark.vllm_omni import _recording as omni
 
@@ -532,23 +532,94 @@ def test_a_request_begun_again_under_a_trace_context_is_closed_by_its_states_fin
     assert rec.owner.region.open_requests() == [] and rec.owner.tokens == {}
 
 
-def test_clean_never_removes_a_live_file_that_took_the_name_of_the_one_it_locked(tmp_path, monkeypatch):
+def test_clean_never_removes_a_live_file_that_took_the_name_of_the_one_it_locked(tmp_path, monkeypatch, servers):
     # Between clean's open and its lock, the last server removed its file
-    # and a restarted one made and holds a new one at the name.
+    # and a restarted one made and holds a new one at the name: the lock
+    # clean takes is the removed file's (nobody holds it), and the name
+    # leads to a live one.
     path = str(tmp_path / "pd.region")
-    monkeypatch.setenv("EDGEMARK_VLLM_REGION", path)
-    old = pd.Recording()
-    old.start(None)
-    state = {}
+    env = {"EDGEMARK_VLLM_REGION": path}
+    old = servers(tmp_path, "old", env=env)
     real = _clean.fcntl.flock
+    started = []
 
     def flock(fd, op):
-        if "new" not in state:
-            old.owner.release()
-            state["new"] = pd.Recording()
-            state["new"].start(None)
+        # Clean's lock, once: the real one from here on, in this process.
+        monkeypatch.setattr(_clean.fcntl, "flock", real)
+        old.exit()
+        assert not os.path.exists(path), "the last server out removed it"
+        started.append(servers(tmp_path, "new", env=env))
         return real(fd, op)
 
     monkeypatch.setattr(_clean.fcntl, "flock", flock)
     assert _clean.clean(str(tmp_path), named=path) == []
-    assert state["new"].owner.hold.linked()
+    assert started, "clean reached its lock"
+    assert open_count(path) == 1 and os.path.isdir(_channel.lookup_dir(path)), "the new server's, untouched"
+
+
+# -- races at the region file, and errors that pass -------------------------------
+
+
+def _own_region_env(monkeypatch, path) -> None:
+    monkeypatch.setenv("EDGEMARK_VLLM_REGION", str(path))
+    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
+
+
+#: A real ``clean`` of the region named in argv[1] that holds the file's
+#: lock, once taken, until told to go on (stdin), then removes it.
+CLEAN_HOLDING = r"""
+import sys
+from edgemark import _clean
+real = _clean._lock_if_unused
+def lock_and_wait(path):
+    fd = real(path)
+    print("locked" if fd is not None else "in use", flush=True)
+    sys.stdin.readline()
+    return fd
+_clean._lock_if_unused = lock_and_wait
+print(" ".join(_clean.clean(sys.argv[2], named=[sys.argv[1]])), flush=True)
+"""
+
+
+def test_a_region_file_removed_while_a_clean_held_its_lock_is_made_again(tmp_path, monkeypatch):
+    # A stale region (nobody holds it) that a clean locks as this server
+    # opens it: the server's lock waits for the clean's, which removes the
+    # file. Held then is a file no name leads to.
+    path = str(tmp_path / "pd.region")
+    edgemark.Region.create(path, edges=[(0, 1)], slots=4)
+    cleaner = subprocess.Popen(
+        [sys.executable, "-c", CLEAN_HOLDING, path, str(tmp_path / "nothing-else")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    (tmp_path / "nothing-else").mkdir()
+    try:
+        assert cleaner.stdout.readline() == "locked\n"
+        real_sleep = time.sleep
+
+        class Clock:
+            monotonic = staticmethod(time.monotonic)
+
+            @staticmethod
+            def sleep(s):
+                # The hold waits for the clean's lock: the clean goes on,
+                # removes the file and exits.
+                if cleaner.poll() is None:
+                    cleaner.stdin.write("\n")
+                    cleaner.stdin.flush()
+                    assert cleaner.stdout.readline() == f"{path}\n"
+                    cleaner.wait(PATIENCE_S)
+                real_sleep(s)
+
+        monkeypatch.setattr(_region_file, "time", Clock)
+        _own_region_env(monkeypatch, path)
+        api = pd.Recording()
+        owner = api.start(None)
+    finally:
+        if cleaner.poll() is None:
+            cleaner.kill()
+    assert cleaner.returncode == 0
+    token = api.begin("p-1", {"do_remote_decode": True}, None)
+    assert owner.created and owner.hold.linked(), "made again, and held"
+    assert token is not None and edgemark.Region.attach(path).is_open(token)
