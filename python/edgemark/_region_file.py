@@ -10,6 +10,10 @@ its periodic duties (``Owner``).
   in any PID namespace. A region nobody holds is stale: ``clean`` removes
   it, and a server that exits removes a region only when nobody else holds
   it (``Hold``), and only one a server made (``MADE_BY_SERVER``).
+- **The file held is the file mapped.** A region is attached through the
+  descriptor its lock is held on, never by its name again: a file removed
+  and made anew at the name meanwhile is never mapped in place of the one
+  held.
 """
 
 from __future__ import annotations
@@ -57,6 +61,12 @@ def file_identity(path: str) -> Optional[Tuple[int, int]]:
     return (st.st_dev, st.st_ino)
 
 
+def region_id(region: Region) -> Optional[str]:
+    """The region's ID (random per region, in its header)."""
+    info = region.info()
+    return None if info is None else str(info["region_id"])
+
+
 def attach(path: str, wait: float = ATTACH_WAIT_S) -> Region:
     """Attaches the region at ``path``, waiting up to ``wait`` seconds while
     another process is still writing its header."""
@@ -82,7 +92,12 @@ class Hold:
     def __init__(self, path: str) -> None:
         self.path = path
         self._pid = os.getpid()
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise _channel.UntrustedError(f"{path} is a symlink, not a region file") from None
+            raise
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
@@ -108,6 +123,14 @@ class Hold:
         """Whether ``path`` still names the file held (not removed, not
         replaced)."""
         return self._fd is not None and file_identity(self.path) == self.identity
+
+    def fd_path(self) -> str:
+        """A path to the file held, whatever its name names now (the
+        kernel's link to this process's descriptor, which ``Region.attach``
+        follows)."""
+        if self._fd is None:
+            raise FileNotFoundError(errno.ENOENT, "the region file was let go", self.path)
+        return f"/proc/self/fd/{self._fd}"
 
     def release(self, remove: bool) -> bool:
         """Lets the file go; with ``remove``, first removes it if no other
@@ -150,25 +173,39 @@ def create_or_attach(
     """The region at ``path``, held: created here (``True``), or, when
     ``trusted`` (the user named it, or the plugin named it for this server
     start), a region file this user owns, attached (``False``). A file at
-    an untrusted name is refused. A file removed between its creation and
-    the hold (a ``clean`` that judged it stale) is made again."""
+    an untrusted name is refused.
+
+    The file is locked first and mapped through the locked descriptor, so
+    the region returned is the file held, whatever happens at the name. A
+    file removed before the lock was taken (a peer that exited, a ``clean``
+    that judged it stale) is made again or attached anew; a file made here
+    and replaced before the lock was taken is attached, not called made
+    here."""
+    edges = list(edges)
     for _ in range(3):
+        made: Optional[str] = None
         try:
-            region = Region.create(path, edges=list(edges), slots=slots, closed_entries=closed_entries(slots))
-            created = True
+            made = region_id(Region.create(path, edges=edges, slots=slots, closed_entries=closed_entries(slots)))
         except FileExistsError:
             if not trusted:
                 raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
-            if not own_regular_file(path):
-                raise _channel.UntrustedError(f"{path} is not a regular file this user owns") from None
-            region, created = attach(path, wait), False
         try:
+            # Fails (UntrustedError) for anything but a regular file this
+            # user owns.
             hold = Hold(path)
         except FileNotFoundError:
             continue
-        if hold.linked():
-            return region, hold, created
-        hold.release(remove=False)
+        try:
+            # Removed between the open and the lock (a clean held it
+            # exclusively), or replaced since.
+            if not hold.linked():
+                hold.release(remove=False)
+                continue
+            region = attach(hold.fd_path(), wait)
+        except BaseException:
+            hold.release(remove=False)
+            raise
+        return region, hold, made is not None and region_id(region) == made
     raise FileNotFoundError(errno.ENOENT, "the region file kept disappearing while it was made", path)
 
 

@@ -565,6 +565,76 @@ def _own_region_env(monkeypatch, path) -> None:
     monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
 
 
+def test_a_server_attaching_while_its_peer_exits_records_into_the_file_at_the_name(tmp_path, monkeypatch, servers):
+    # The server that made the region exits (the last one out, it removes
+    # the region) and another starts (and makes a new one) while this one
+    # attaches: what this one begins must be in the file every process
+    # finds at the name.
+    path = str(tmp_path / "pd.region")
+    env = {"EDGEMARK_VLLM_REGION": path}
+    peer = servers(tmp_path, "peer", env=env)
+    _own_region_env(monkeypatch, path)
+    real = _region_file.attach
+    started = []
+
+    def attach(p, wait=_region_file.ATTACH_WAIT_S):
+        region = real(p, wait)
+        if not started:
+            peer.exit()
+            started.append(servers(tmp_path, "next", env=env))
+        return region
+
+    monkeypatch.setattr(_region_file, "attach", attach)
+    api = pd.Recording()
+    owner = api.start(None)
+    assert started and owner is not None
+    token = api.begin("p-mine", {"do_remote_decode": True}, None)
+    assert token is not None
+    assert edgemark.Region.attach(path).is_open(token), "begun in the file at the name"
+    # The peer's (open until the bound closes it), the next server's, this one's.
+    assert open_count(path) == 3, "one region for all three"
+    assert owner.hold.linked()
+
+
+class _Region:
+    """``edgemark.Region`` as ``_region_file`` sees it, with ``before_create``
+    run before each create (the tests' interleavings)."""
+
+    def __init__(self, before_create=lambda path: None, after_create=lambda path: None) -> None:
+        self.before_create = before_create
+        self.after_create = after_create
+        self.attach = edgemark.Region.attach
+
+    def create(self, path, *args, **kwargs):
+        self.before_create(path)
+        try:
+            return edgemark.Region.create(path, *args, **kwargs)
+        finally:
+            self.after_create(path)
+
+
+def test_a_region_file_that_vanishes_as_a_server_attaches_it_is_made_again(tmp_path, monkeypatch, servers, caplog):
+    # The server's create finds the peer's file; the peer exits (the last
+    # one out, it removes it) before this server locks it.
+    path = str(tmp_path / "pd.region")
+    peer = servers(tmp_path, "peer", env={"EDGEMARK_VLLM_REGION": path})
+    _own_region_env(monkeypatch, path)
+
+    def peer_exits(p):
+        if peer.proc.poll() is None:
+            peer.exit()
+
+    monkeypatch.setattr(_region_file, "Region", _Region(after_create=peer_exits))
+    api = pd.Recording()
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        owner = api.start(None)
+        token = api.begin("p-1", {"do_remote_decode": True}, None)
+    assert owner is not None and not api.failed, "not switched off"
+    assert owner.created, "made again"
+    assert token is not None and edgemark.Region.attach(path).is_open(token)
+    assert not [r for r in caplog.records if "cannot" in r.getMessage()]
+
+
 #: A real ``clean`` of the region named in argv[1] that holds the file's
 #: lock, once taken, until told to go on (stdin), then removes it.
 CLEAN_HOLDING = r"""
@@ -623,3 +693,36 @@ def test_a_region_file_removed_while_a_clean_held_its_lock_is_made_again(tmp_pat
     token = api.begin("p-1", {"do_remote_decode": True}, None)
     assert owner.created and owner.hold.linked(), "made again, and held"
     assert token is not None and edgemark.Region.attach(path).is_open(token)
+
+
+def test_a_region_made_here_and_replaced_before_its_lock_is_attached_not_taken_for_its_own(tmp_path, monkeypatch):
+    # Made by this server, then, before its lock: judged stale by a clean
+    # (nobody held it yet) and removed, and a region made by hand at the
+    # name (`edgemark create`). That one is attached, and stays when the
+    # server exits.
+    path = str(tmp_path / "pd.region")
+    made = []
+
+    def clean_then_create(p):
+        if made:
+            return
+        made.append(p)
+        out = subprocess.run(
+            [sys.executable, "-m", "edgemark.vllm", "clean", "--dir", str(tmp_path), "--region", p],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert out == f"removed {p}\n"
+        subprocess.run([sys.executable, "-m", "edgemark", "create", "--edge", "0:1", "--slots", "16", p], check=True)
+
+    monkeypatch.setattr(_region_file, "Region", _Region(after_create=clean_then_create))
+    _own_region_env(monkeypatch, path)
+    api = pd.Recording()
+    owner = api.start(None)
+    assert made and owner is not None
+    assert not owner.created, "attached: not the file it made"
+    token = api.begin("p-1", {"do_remote_decode": True}, None)
+    assert token is not None and edgemark.Region.attach(path).is_open(token)
+    owner.release()
+    assert os.path.exists(path), "made by hand: never removed by a server"
