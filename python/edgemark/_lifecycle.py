@@ -41,6 +41,7 @@ from ._region_file import (
     ATTACH_WAIT_S,
     MADE_BY_SERVER,
     MIN_CLOSED_ENTRIES,
+    Backoff,
     Hold,
     Owner,
     attach,
@@ -48,6 +49,7 @@ from ._region_file import (
     create_or_attach,
     file_identity,
     own_regular_file,
+    transient,
 )
 from ._said import SAY_AGAIN_S, Once, Said, say
 
@@ -182,6 +184,9 @@ class Recording:
         self._next_check = 0.0
         self._next_attach = 0.0
         self._attach_pause = RETRY_ATTACH_S / 2
+        #: When the region may be made or attached again as the API server,
+        #: after an error that may pass.
+        self._owner_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
         self._reader = _channel.Reader(_channel.lookup_dir(self.path))
         self._reader_ok: Optional[bool] = None
         self.lock = threading.RLock()
@@ -226,17 +231,31 @@ class Recording:
 
     def ensure_owner(self, edges: List[Tuple[int, int]], slots: int) -> Optional[Owner]:
         """The region as the API server, created or attached on first use.
-        If that fails, says so and puts every call site back: the server
-        serves, unrecorded."""
+        An error that may pass (the file vanished as it was attached, no
+        descriptor free) is said, and tried again by a later call after a
+        pause that doubles. Any other (a file that is not this user's or no
+        region, no space): says so and puts every call site back, the
+        server serves, unrecorded."""
         owner = self.owner
-        if owner is not None or self.failed:
+        if owner is not None or self.failed or not self._owner_retry.due():
             return owner
         with self.lock:
-            if self.owner is None and not self.failed:
+            if self.owner is None and not self.failed and self._owner_retry.due():
                 self._shape = (list(edges), slots)
                 try:
                     self.owner = self._make_owner()
                 except (OSError, ValueError) as e:
+                    if transient(e, self.path):
+                        pause = self._owner_retry.failed()
+                        self.said.warn(
+                            "owner",
+                            "edgemark: cannot make or attach the region %s now, requests run unrecorded until it "
+                            "can (tried again within %gs): %s",
+                            self.path,
+                            pause,
+                            e,
+                        )
+                        return None
                     self.failed = True
                     self.log.warning(
                         "edgemark: cannot create the region %s, nothing is patched and %s not recorded: %s",
@@ -246,6 +265,8 @@ class Recording:
                     )
                     self.uninstrument()
                     return None
+                self._owner_retry.succeeded()
+                self.said.ended("owner")
                 self._region = self.owner.region
                 self.say_pending()
                 self._start_ticker()

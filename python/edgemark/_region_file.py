@@ -14,6 +14,11 @@ its periodic duties (``Owner``).
   descriptor its lock is held on, never by its name again: a file removed
   and made anew at the name meanwhile is never mapped in place of the one
   held.
+- **Errors that pass are tried again.** A file that vanished while it was
+  attached, a descriptor table full for a moment: tried again after a pause
+  that doubles (``Backoff``), said at WARNING while it lasts. A file that
+  is not this user's alone (``_channel.UntrustedError``) is refused for
+  good.
 """
 
 from __future__ import annotations
@@ -41,6 +46,52 @@ ATTACH_WAIT_S = 5.0
 MIN_CLOSED_ENTRIES = 1024
 #: The marker a server that made a region leaves in its lookup.
 MADE_BY_SERVER = ".made-by-server"
+#: The first pause before a failed step is tried again, and the longest.
+RETRY_S = 1.0
+RETRY_MAX_S = 30.0
+
+
+class Backoff:
+    """When a step that failed may be tried again: at once at first, then
+    after a pause that doubles from ``RETRY_S`` up to ``RETRY_MAX_S``, and
+    at once again after it succeeds."""
+
+    def __init__(self, first: float = RETRY_S, longest: float = RETRY_MAX_S) -> None:
+        self.first = first
+        self.longest = longest
+        self._pause = first / 2
+        self._next = 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def failed(self) -> float:
+        """Puts the next try off; the pause, in seconds."""
+        self._pause = min(self._pause * 2, self.longest)
+        self._next = time.monotonic() + self._pause
+        return self._pause
+
+    def succeeded(self) -> None:
+        self._pause = self.first / 2
+        self._next = 0.0
+
+    def now(self) -> None:
+        """The next ``due`` is true, whatever the pause."""
+        self._next = 0.0
+
+
+def transient(e: BaseException, path: str) -> bool:
+    """Whether making or attaching the region at ``path`` may succeed if
+    tried again: the file vanished (removed by a peer's exit or a ``clean``
+    while it was attached; its directory is there), the descriptor tables
+    were full, the lock was held for the whole wait. Never a file or
+    directory that is not this user's alone, never a file that is no
+    region, never a directory that is missing or a file system full."""
+    if isinstance(e, _channel.UntrustedError) or not isinstance(e, OSError):
+        return False
+    if e.errno == errno.ENOENT:
+        return os.path.isdir(os.path.dirname(path) or ".")
+    return e.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.EINTR)
 
 
 def own_regular_file(path: str) -> bool:
@@ -419,6 +470,9 @@ __all__ = [
     "ATTACH_WAIT_S",
     "MADE_BY_SERVER",
     "MIN_CLOSED_ENTRIES",
+    "RETRY_MAX_S",
+    "RETRY_S",
+    "Backoff",
     "Hold",
     "Owner",
     "attach",
@@ -426,4 +480,5 @@ __all__ = [
     "create_or_attach",
     "file_identity",
     "own_regular_file",
+    "transient",
 ]

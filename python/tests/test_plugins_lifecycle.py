@@ -635,6 +635,36 @@ def test_a_region_file_that_vanishes_as_a_server_attaches_it_is_made_again(tmp_p
     assert not [r for r in caplog.records if "cannot" in r.getMessage()]
 
 
+def test_a_region_file_that_keeps_vanishing_is_tried_again_not_switched_off(tmp_path, monkeypatch, servers, caplog):
+    # Three times over, a peer makes the region just before this server's
+    # create and removes it (its exit) before this server locks it.
+    path = str(tmp_path / "pd.region")
+    env = {"EDGEMARK_VLLM_REGION": path}
+    _own_region_env(monkeypatch, path)
+    peers = []
+
+    def peer_starts(p):
+        if len(peers) < 3:
+            peers.append(servers(tmp_path, f"peer{len(peers)}", env=env))
+
+    def peer_exits(p):
+        if peers and peers[-1].proc.poll() is None:
+            peers[-1].exit()
+
+    monkeypatch.setattr(_region_file, "Region", _Region(peer_starts, peer_exits))
+    api = pd.Recording()
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        assert api.start(None) is None
+    assert len(peers) == 3 and not os.path.exists(path)
+    assert not api.failed, "tried again later, every call site still patched"
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "cannot make or attach the region" in said[0] and path in said[0]
+    assert api.begin("p-1", {"do_remote_decode": True}, None) is None, "not before the pause"
+    api._owner_retry.now()  # the pause over
+    token = api.begin("p-1", {"do_remote_decode": True}, None)
+    assert token is not None and api.owner.created and edgemark.Region.attach(path).is_open(token)
+
+
 #: A real ``clean`` of the region named in argv[1] that holds the file's
 #: lock, once taken, until told to go on (stdin), then removes it.
 CLEAN_HOLDING = r"""
