@@ -208,6 +208,13 @@ class Writer:
         name = entry_name(request_id)
         tmp = f".{name}.{os.getpid()}.{threading.get_ident()}"
         data = str(token).encode("ascii") + b"\n" + request_id.encode("utf-8", "surrogatepass")
+        self._write(tmp, name, data)
+        with self._lock:
+            self._mine.add(name)
+
+    def _write(self, tmp: str, name: str, data: bytes) -> None:
+        """``data`` as the file ``name``, whole or not at all: written to the
+        fresh name ``tmp``, then renamed."""
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -216,11 +223,12 @@ class Writer:
         )
         try:
             os.write(fd, data)
-        finally:
+        except BaseException:
             os.close(fd)
+            os.unlink(tmp, dir_fd=self._fd)
+            raise
+        os.close(fd)
         os.replace(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
-        with self._lock:
-            self._mine.add(name)
 
     def withdraw(self, request_id: str) -> None:
         name = entry_name(request_id)
@@ -234,20 +242,27 @@ class Writer:
             except OSError:
                 pass
 
-    def mark(self, name: str) -> None:
-        """Leaves an empty marker file ``name`` (a dot name, never an
-        entry's) in the directory."""
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self._fd)
-        os.close(fd)
+    def mark(self, name: str, data: bytes = b"") -> None:
+        """Leaves a marker file ``name`` (a dot name, never an entry's) in
+        the directory, holding ``data`` (in place of any marker there)."""
+        self._write(f"{name}.{os.getpid()}.{threading.get_ident()}", name, data)
 
-    def marked(self, name: str) -> bool:
-        """Whether the marker ``name`` is there, a regular file this user
-        owns."""
+    def marker(self, name: str) -> Optional[bytes]:
+        """What the marker ``name`` holds, if it is there, a regular file
+        this user owns, of at most 4 KiB; else ``None``."""
         try:
-            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._fd)
         except OSError:
-            return False
-        return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > _MAX_ENTRY:
+                return None
+            return os.read(fd, _MAX_ENTRY)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def unlinked(self) -> bool:
         """Whether the directory this writer opened was removed (another

@@ -9,7 +9,8 @@ its periodic duties (``Owner``).
   the region file for its life; the kernel drops it when the process dies,
   in any PID namespace. A region nobody holds is stale: ``clean`` removes
   it, and a server that exits removes a region only when nobody else holds
-  it (``Hold``), and only one a server made (``MADE_BY_SERVER``).
+  it (``Hold``), and only one a server made (``MADE_BY_SERVER``, which
+  names the region it was left for).
 - **The file held is the file mapped.** A region is attached through the
   descriptor its lock is held on, never by its name again: a file removed
   and made anew at the name meanwhile is never mapped in place of the one
@@ -44,7 +45,9 @@ from ._said import Once, Said
 ATTACH_WAIT_S = 5.0
 #: The fewest closed requests a plugin's region keeps for its exporter.
 MIN_CLOSED_ENTRIES = 1024
-#: The marker a server that made a region leaves in its lookup.
+#: The marker a server that made a region leaves in its lookup: it holds the
+#: region's ID (``info()["region_id"]``, random per region), and stands for
+#: that region only.
 MADE_BY_SERVER = ".made-by-server"
 #: The first pause before a failed step is tried again, and the longest.
 RETRY_S = 1.0
@@ -293,12 +296,12 @@ class Owner:
             )
         # The last server out removes a region a server made (never one the
         # user made beforehand, `edgemark create`), and its lookup. A server
-        # that made it says so in the lookup (MADE_BY_SERVER), for the one
-        # that attached it and may be the last out.
+        # that made it says so in the lookup (MADE_BY_SERVER, naming the
+        # region), for the one that attached it and may be the last out.
         self._plugin_named = plugin_named
         if self.created and self.writer is not None:
             try:
-                self.writer.mark(MADE_BY_SERVER)
+                self.writer.mark(MADE_BY_SERVER, self._mark())
             except OSError:
                 pass
         self._released = False
@@ -326,7 +329,7 @@ class Owner:
         made_by_server = (
             self.created
             or self._plugin_named
-            or (writer is not None and not self._lookup_released and writer.marked(MADE_BY_SERVER))
+            or (writer is not None and not self._lookup_released and writer.marker(MADE_BY_SERVER) == self._mark())
         )
         self.release_lookup()
         if self.hold.release(remove=made_by_server) and writer is not None:
@@ -341,6 +344,13 @@ class Owner:
     @property
     def released(self) -> bool:
         return self._released
+
+    def _mark(self) -> bytes:
+        """What ``MADE_BY_SERVER`` holds for this region: its ID. A marker
+        of another region (made at the path before, by a server killed
+        since) says nothing of this one; nor would its file's inode, which
+        a file made at the path next may be given again."""
+        return str(region_id(self.region)).encode("ascii")
 
     def release_lookup(self) -> None:
         """Removes the lookup entries this process wrote. Never the

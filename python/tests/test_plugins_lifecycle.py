@@ -756,3 +756,20 @@ def test_a_region_made_here_and_replaced_before_its_lock_is_attached_not_taken_f
     assert token is not None and edgemark.Region.attach(path).is_open(token)
     owner.release()
     assert os.path.exists(path), "made by hand: never removed by a server"
+
+
+def test_a_stale_marker_of_a_killed_server_never_removes_a_region_made_by_hand(tmp_path, servers):
+    # A server SIGKILLed leaves its region and its lookup, with the marker
+    # that says a server made the region. The user removes the region and
+    # makes one at the same path with `edgemark create`.
+    path = str(tmp_path / "pd.region")
+    env = {"EDGEMARK_VLLM_REGION": path}
+    killed = servers(tmp_path, "killed", env=env)
+    killed.kill()
+    assert os.path.exists(os.path.join(_channel.lookup_dir(path), _lifecycle.MADE_BY_SERVER))
+    os.unlink(path)
+    subprocess.run([sys.executable, "-m", "edgemark", "create", "--edge", "0:1", "--slots", "16", path], check=True)
+    s = servers(tmp_path, "next", env=env)
+    assert s.said["token"] is not None
+    s.exit()
+    assert os.path.exists(path), "the marker was another region's"
