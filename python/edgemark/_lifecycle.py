@@ -20,8 +20,9 @@ importable from here too.
   it and whatever happened to the processes that would have closed it.
   The same thread closes requests whose state was dropped (finalizers only
   queue), forgets requests others closed, notices a region file removed or
-  replaced under the server (and makes a new one), and repeats the warning
-  while the region stays full.
+  replaced under the server (and makes a new one), makes the request
+  lookup again when it could not be made, and repeats the warnings while
+  the region stays full or while there is no lookup.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ class Recording:
         self._owner_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
         self._reader = _channel.Reader(_channel.lookup_dir(self.path))
         self._reader_ok: Optional[bool] = None
+        self._reader_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
         self.lock = threading.RLock()
         #: Puts every call site back (the instrumentor's): when the region
         #: cannot be made, nothing stays patched.
@@ -447,14 +449,27 @@ class Recording:
         """The token another process published under ``request_id``, or
         ``None``."""
         if self._reader_ok is None:
+            if not self._reader_retry.due():
+                return None
             try:
                 self._reader.open()
                 self._reader_ok = True
+                self._reader_retry.succeeded()
+                self.said.ended("lookup-open")
             except FileNotFoundError:
                 return None
-            except OSError as e:
+            except _channel.UntrustedError as e:
+                # Not this user's alone: never read.
                 self._reader_ok = False
                 self.once.warn("lookup", "edgemark: the request lookup cannot be trusted, it is not read: %s", e)
+            except OSError as e:
+                # An error that may pass (no descriptor free): tried again
+                # after a pause.
+                self._reader_retry.failed()
+                self.said.warn(
+                    "lookup-open", "edgemark: the request lookup %s cannot be opened now, tried again: %s", self._reader.path, e
+                )
+                return None
         return self._reader.read(request_id) if self._reader_ok else None
 
     def lookup(self, request_id: str) -> Optional[Token]:

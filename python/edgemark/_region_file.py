@@ -16,10 +16,10 @@ its periodic duties (``Owner``).
   and made anew at the name meanwhile is never mapped in place of the one
   held.
 - **Errors that pass are tried again.** A file that vanished while it was
-  attached, a descriptor table full for a moment: tried again after a pause
-  that doubles (``Backoff``), said at WARNING while it lasts. A file that
-  is not this user's alone (``_channel.UntrustedError``) is refused for
-  good.
+  attached, a descriptor table full for a moment, a lookup that could not be
+  made: tried again after a pause that doubles (``Backoff``), said at
+  WARNING while it lasts. A file or directory that is not this user's
+  alone (``_channel.UntrustedError``) is refused for good.
 """
 
 from __future__ import annotations
@@ -283,32 +283,26 @@ class Owner:
         wait: float = ATTACH_WAIT_S,
     ) -> None:
         self.path = path
+        self.once = once
         self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait)
-        self.writer: Optional[_channel.Writer] = None
-        try:
-            self.writer = _channel.Writer(_channel.lookup_dir(path))
-        except OSError as e:
-            once.warn(
-                "lookup",
-                "edgemark: the request lookup %s cannot be trusted, other processes record nothing: %s",
-                _channel.lookup_dir(path),
-                e,
-            )
+        self.log = log
+        self.said = said
         # The last server out removes a region a server made (never one the
         # user made beforehand, `edgemark create`), and its lookup. A server
         # that made it says so in the lookup (MADE_BY_SERVER, naming the
         # region), for the one that attached it and may be the last out.
         self._plugin_named = plugin_named
-        if self.created and self.writer is not None:
-            try:
-                self.writer.mark(MADE_BY_SERVER, self._mark())
-            except OSError:
-                pass
+        #: Why there is no writer (``writer`` is ``None``), and whether it
+        #: is for good (a lookup that is not this user's alone).
+        self._writer_error: Optional[OSError] = None
+        self._untrusted = False
+        self._writer_retry = Backoff()
+        #: The lookup's writer; ``None`` while it cannot be made (made again
+        #: by ``tick``, unless it cannot be trusted).
+        self.writer: Optional[_channel.Writer] = self._new_writer()
         self._released = False
         self._lookup_released = False
         atexit.register(self.release)
-        self.log = log
-        self.said = said
         self.tokens: Dict[str, Token] = {}
         self.log_requests = log_requests
         #: Request IDs begun under a caller's trace context.
@@ -351,6 +345,62 @@ class Owner:
         since) says nothing of this one; nor would its file's inode, which
         a file made at the path next may be given again."""
         return str(region_id(self.region)).encode("ascii")
+
+    def _new_writer(self) -> Optional[_channel.Writer]:
+        """A writer of the lookup, made now (with the marker of a region
+        made here); ``None``, said, when it cannot be made."""
+        try:
+            writer = _channel.Writer(_channel.lookup_dir(self.path))
+        except OSError as e:
+            self._writer_error = e
+            self._untrusted = isinstance(e, _channel.UntrustedError)
+            if not self._untrusted:
+                self._writer_retry.failed()
+            self._say_no_writer()
+            return None
+        self._writer_retry.succeeded()
+        self._writer_error = None
+        self.said.ended("lookup")
+        if self.created:
+            try:
+                writer.mark(MADE_BY_SERVER, self._mark())
+            except OSError:
+                pass
+        return writer
+
+    def _say_no_writer(self) -> None:
+        if self._untrusted:
+            self.said.warn(
+                "lookup",
+                "edgemark: the request lookup %s cannot be trusted, other processes record nothing: %s",
+                _channel.lookup_dir(self.path),
+                self._writer_error,
+            )
+        else:
+            self.said.warn(
+                "lookup",
+                "edgemark: the request lookup %s cannot be made, other processes record nothing until it is "
+                "(tried again): %s",
+                _channel.lookup_dir(self.path),
+                self._writer_error,
+            )
+
+    def _lookup_duties(self) -> None:
+        """The lookup's writer made again: after it could not be made (not
+        when the lookup cannot be trusted: said again instead), and after
+        another process removed its directory (a `clean` of an older
+        release), or entries written from now on would be lost."""
+        writer = self.writer
+        if writer is None:
+            if not self._untrusted and self._writer_retry.due():
+                self.writer = self._new_writer()
+            else:
+                self._say_no_writer()
+        elif writer.unlinked() and self._writer_retry.due():
+            new = self._new_writer()
+            if new is not None:
+                self.writer = new
+                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", new.path)
 
     def release_lookup(self) -> None:
         """Removes the lookup entries this process wrote. Never the
@@ -463,14 +513,7 @@ class Owner:
                 while token in self._successor:
                     token = self._successor.pop(token)
             self.close(rid, token)
-        if self.writer is not None and self.writer.unlinked():
-            # Removed by another process (a `clean` of an older release):
-            # made again, or entries written from now on would be lost.
-            try:
-                self.writer = _channel.Writer(_channel.lookup_dir(self.path))
-                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", self.writer.path)
-            except OSError as e:
-                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed: %s", self.writer.path, e)
+        self._lookup_duties()
         expired = self.region.expire(max_open_s)
         self.forget_closed()
         return expired

@@ -773,3 +773,107 @@ def test_a_stale_marker_of_a_killed_server_never_removes_a_region_made_by_hand(t
     assert s.said["token"] is not None
     s.exit()
     assert os.path.exists(path), "the marker was another region's"
+
+
+#: An engine core that reads the lookup for request argv[1] while no file
+#: descriptor is free (RLIMIT_NOFILE 0), then, with them back, as requests
+#: keep needing it (for a bounded time); says what the reads found.
+READ_STARVED = r"""
+import json, resource, sys, time
+from edgemark.vllm._recording import Recording
+rec = Recording()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
+try:
+    starved = rec.read_lookup(sys.argv[1])
+finally:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+deadline = time.monotonic() + 30
+after = None
+while after is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+    after = rec.read_lookup(sys.argv[1])
+print(json.dumps({"starved": starved and str(starved), "after": after and str(after)}))
+"""
+
+
+def test_a_lookup_that_cannot_be_opened_for_a_moment_is_read_again(tmp_path, servers):
+    path = str(tmp_path / "pd.region")
+    env = {"EDGEMARK_VLLM_REGION": path}
+    api = servers(tmp_path, "a", env=env)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
+    out = subprocess.run(
+        [sys.executable, "-c", READ_STARVED, "p-a"], env={**environ, **env}, capture_output=True, text=True, check=True
+    )
+    found = json.loads(out.stdout)
+    assert found["starved"] is None
+    assert found["after"] == api.said["token"], "read once descriptors were free again"
+    assert "cannot be opened now" in out.stderr
+
+
+#: An API server whose request lookup cannot be made while no file
+#: descriptor is free (RLIMIT_NOFILE 0 while the writer is made): it ticks
+#: twice so, then, with them back, until it has a writer (for a bounded
+#: time). Says what it had and said.
+WRITER_STARVED = r"""
+import json, logging, resource, sys, time
+from edgemark import _channel
+from edgemark.vllm._recording import Recording
+said = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("edgemark.vllm").addHandler(Keep())
+real = _channel.Writer.__init__
+starve = [True]
+def writer(self, *args, **kwargs):
+    if not starve[0]:
+        return real(self, *args, **kwargs)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
+    try:
+        real(self, *args, **kwargs)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+_channel.Writer.__init__ = writer
+rec = Recording()
+rec.said.every = 0.0
+owner = rec.start(None)
+none_at_start = owner.writer is None
+for _ in range(2):
+    rec.tick()
+none_while_starved = owner.writer is None
+starve[0] = False
+deadline = time.monotonic() + 30
+while owner.writer is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+    rec.tick()
+token = rec.begin("p-1", {"do_remote_decode": True}, None)
+print(json.dumps({"none": [none_at_start, none_while_starved], "writer": owner.writer is not None,
+                  "token": token and str(token), "said": said}))
+sys.stdin.readline()
+"""
+
+
+def test_a_lookup_that_cannot_be_made_is_said_while_it_lasts_and_made_again(tmp_path):
+    path = str(tmp_path / "pd.region")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER_STARVED],
+        env={**environ, "EDGEMARK_VLLM_REGION": path},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out = json.loads(proc.stdout.readline())
+        assert out["none"] == [True, True] and out["writer"]
+        said = [m for m in out["said"] if "request lookup" in m and "cannot be made" in m]
+        assert len(said) >= 3, "said at the start and at each tick while it lasts"
+        assert out["token"] is not None
+        # Another process finds the token the server published.
+        assert str(_channel.Reader(_channel.lookup_dir(path)).read("p-1")) == out["token"]
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=PATIENCE_S)
