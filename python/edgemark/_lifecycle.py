@@ -20,7 +20,8 @@ importable from here too.
   it and whatever happened to the processes that would have closed it.
   The same thread closes requests whose state was dropped (finalizers only
   queue), forgets requests others closed, notices a region file removed or
-  replaced under the server (and makes a new one), makes the request
+  replaced under the server (and makes a new one, never once the process
+  is exiting), makes the request
   lookup again when it could not be made, and repeats the warnings while
   the region stays full or while there is no lookup.
 """
@@ -71,6 +72,8 @@ MAX_OPEN_S = 600.0
 MIN_MAX_OPEN_S, MAX_MAX_OPEN_S = 1.0, 7 * 86400.0
 RETRY_ATTACH_S = 1.0
 RETRY_ATTACH_MAX_S = 30.0
+#: How long a process that exits waits for a tick under way to finish.
+STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,8 @@ class Recording:
         self._reader_ok: Optional[bool] = None
         self._reader_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
         self.lock = threading.RLock()
+        #: Held by a tick while it runs: an exit waits for it.
+        self._tick_lock = threading.Lock()
         #: Puts every call site back (the instrumentor's): when the region
         #: cannot be made, nothing stays patched.
         self.uninstrument = uninstrument
@@ -309,7 +314,22 @@ class Recording:
         t.start()
 
     def _stop_ticking(self) -> None:
+        # At exit, before the owner's release (registered earlier): no tick
+        # starts from now on, one under way finishes first (for a bounded
+        # time), and the owner is let go here, including one a tick made in
+        # place of a removed region (its own exit handler, registered as the
+        # process was exiting, may never run).
         self._stopping = True
+        got = self._tick_lock.acquire(timeout=STOP_WAIT_S)
+        try:
+            owner = self.owner
+            if owner is not None:
+                owner.release()
+        except Exception as e:  # noqa: BLE001 - an exit handler must not fail the exit
+            self.said.warn("release", "edgemark: the region %s could not be let go at exit: %r", self.path, e)
+        finally:
+            if got:
+                self._tick_lock.release()
 
     def _tick_loop(self) -> None:
         while not self._stopping:
@@ -324,9 +344,15 @@ class Recording:
     def tick(self) -> None:
         """The API server's periodic duties (``Owner.tick``), and a region
         file removed or replaced under it noticed: said, and made again at
-        its path (requests open in the old one close with it)."""
+        its path (requests open in the old one close with it). Nothing once
+        the process is exiting."""
+        with self._tick_lock:
+            if not self._stopping:
+                self._tick()
+
+    def _tick(self) -> None:
         owner = self.owner
-        if self._stopping or (owner is not None and owner.released):
+        if owner is not None and owner.released:
             return
         if owner is None:
             region = self._region
@@ -347,7 +373,9 @@ class Recording:
         if self._reader.unlinked():
             self._reader.close()
             self._reader_ok = None
-        if owner is not None and not owner.hold.linked():
+        # A hold let go (the process exits: its exit handler released the
+        # owner during this tick) is no file removed under the server.
+        if owner is not None and not owner.hold.linked() and not owner.released:
             self.said.warn(
                 "unlinked",
                 "edgemark: the region file %s was removed or replaced under this server; recording into a new one",
@@ -372,12 +400,19 @@ class Recording:
             self._next_remake = now + self._remake_pause
             self.said.warn("remake", "edgemark: cannot make the region %s again, nothing is recorded: %s", self.path, e)
             return
+        with self.lock:
+            exiting = self._stopping or old.released
+            if not exiting:
+                self.owner, self._region = new, new.region
+                self._reader.close()
+                self._reader_ok = None
+        if exiting:
+            # The process began to exit while the new one was made: it goes
+            # at once, with its file, rather than outlive the process.
+            new.release()
+            return
         self._remake_pause = TICK_S
         self.said.ended("remake")
-        with self.lock:
-            self.owner, self._region = new, new.region
-            self._reader.close()
-            self._reader_ok = None
         old.release()
         self.forget_all()
 

@@ -877,3 +877,51 @@ def test_a_lookup_that_cannot_be_made_is_said_while_it_lasts_and_made_again(tmp_
         proc.stdin.write("\n")
         proc.stdin.close()
         proc.wait(timeout=PATIENCE_S)
+
+
+#: An API server whose tick is under way when the process exits cleanly: the
+#: tick goes on until the exit's handlers have let the region go (so that
+#: the hold it checks is let go under it), and the process ends only after
+#: the tick (a handler registered first runs last).
+EXIT_DURING_TICK = r"""
+import atexit, threading, time
+ticked = threading.Event()
+atexit.register(lambda: ticked.wait(60))
+from edgemark import _lifecycle
+_lifecycle.STOP_WAIT_S = 0.5
+from edgemark.vllm._recording import Recording
+rec = Recording()
+owner = rec.start(None)
+in_tick = threading.Event()
+real = owner.tick
+def tick(max_open_s):
+    n = real(max_open_s)
+    in_tick.set()
+    deadline = time.monotonic() + 60
+    while not owner.released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return n
+owner.tick = tick
+def run():
+    try:
+        rec.tick()
+    finally:
+        ticked.set()
+threading.Thread(target=run, daemon=True).start()
+assert in_tick.wait(60)
+"""
+
+
+def test_a_clean_exit_during_a_tick_leaves_no_region_behind(tmp_path):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
+    path = str(tmp_path / "x.region")
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_DURING_TICK],
+        env={**environ, "EDGEMARK_VLLM_REGION": path},
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(tmp_path) == [], "no region made at exit"
+    assert "removed or replaced" not in proc.stderr
