@@ -21,9 +21,9 @@ importable from here too.
   The same thread closes requests whose state was dropped (finalizers only
   queue), forgets requests others closed, notices a region file removed or
   replaced under the server (and makes a new one, never once the process
-  is exiting), makes the request
-  lookup again when it could not be made, and repeats the warnings while
-  the region stays full or while there is no lookup.
+  is exiting), makes the request lookup again when it could not be made,
+  and repeats the warnings while the region stays full, while requests
+  stay open that it cannot judge, or while there is no lookup.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from ._region_file import (
     attach,
     closed_entries,
     create_or_attach,
+    expire,
     file_identity,
     own_regular_file,
     transient,
@@ -358,9 +359,22 @@ class Recording:
             region = self._region
             if self.host_hold is None or region is None:
                 return
-            expired = region.expire(self.max_open_s)
+            expired, unjudged = expire(region, self.max_open_s)
         else:
             expired = owner.tick(self.max_open_s)
+            unjudged = owner.unjudged
+        if unjudged:
+            self.said.warn(
+                "unjudged",
+                "edgemark: %d open request(s) of %s cannot be judged against the bound on open requests (%s): "
+                "begun from another time namespace or boot, or by a process whose start time could not be read, "
+                "they stay open until closed",
+                unjudged,
+                self.path,
+                self.spec.env_max_open,
+            )
+        else:
+            self.said.ended("unjudged")
         if expired:
             self.log.warning(
                 "edgemark: closed %d request(s) of %s open longer than %gs (the bound, %s): the events they lack "

@@ -212,6 +212,15 @@ class Hold:
         return removed
 
 
+def expire(region: Region, max_open_s: float) -> Tuple[int, int]:
+    """``Region.expire`` of the requests open longer than ``max_open_s``:
+    how many it closed, and how many it could not judge (begun from another
+    time namespace or boot, or by a process whose start time could not be
+    read), which stay open."""
+    report = region.expire_report(max_open_s)
+    return int(report["expired"]), int(report["unjudged"])
+
+
 def closed_entries(slots: int) -> int:
     """The closed requests a plugin's region keeps for its exporter: the
     slot count (the core's default) but never fewer than
@@ -292,6 +301,8 @@ class Owner:
         # that made it says so in the lookup (MADE_BY_SERVER, naming the
         # region), for the one that attached it and may be the last out.
         self._plugin_named = plugin_named
+        #: Open requests the last ``tick`` could not judge against the bound.
+        self.unjudged = 0
         #: Why there is no writer (``writer`` is ``None``), and whether it
         #: is for good (a lookup that is not this user's alone).
         self._writer_error: Optional[OSError] = None
@@ -514,7 +525,7 @@ class Owner:
                     token = self._successor.pop(token)
             self.close(rid, token)
         self._lookup_duties()
-        expired = self.region.expire(max_open_s)
+        expired, self.unjudged = expire(self.region, max_open_s)
         self.forget_closed()
         return expired
 
@@ -531,6 +542,7 @@ __all__ = [
     "attach",
     "closed_entries",
     "create_or_attach",
+    "expire",
     "file_identity",
     "own_regular_file",
     "transient",

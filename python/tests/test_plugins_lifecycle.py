@@ -925,3 +925,62 @@ def test_a_clean_exit_during_a_tick_leaves_no_region_behind(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(tmp_path) == [], "no region made at exit"
     assert "removed or replaced" not in proc.stderr
+
+
+def _can_unshare_time() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(
+            ["unshare", "--time", "--fork", "--monotonic", "1000", "true"], capture_output=True, timeout=30
+        ).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+#: Skipped where time namespaces cannot be made, never in CI (``CI=true``,
+#: as root): there a missing ``unshare --time`` fails the test.
+needs_time_namespace = pytest.mark.skipif(
+    os.environ.get("CI") != "true" and not _can_unshare_time(),
+    reason="no time namespaces here (unshare --time needs root)",
+)
+
+#: A stage of another time namespace (a container of its own) that begins a
+#: request in the region at argv[1]: its origin is on its own clock.
+FOREIGN_BEGIN = r"""
+import sys
+import edgemark
+print(edgemark.Region.attach(sys.argv[1], allow_foreign_clock=True).begin())
+"""
+
+
+@needs_time_namespace
+def test_requests_the_bound_cannot_judge_are_counted_and_said_while_they_stay_open(tmp_path, monkeypatch, caplog):
+    path = str(tmp_path / "pd.region")
+    _own_region_env(monkeypatch, path)
+    monkeypatch.setenv("EDGEMARK_VLLM_MAX_OPEN_S", "1")
+    api = pd.Recording()
+    owner = api.start(None)
+    api.said.every = 0.0
+    theirs = subprocess.run(
+        ["unshare", "--time", "--fork", "--monotonic", "1000", sys.executable, "-c", FOREIGN_BEGIN, path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    mine = api.begin("p-1", {"do_remote_decode": True}, None)
+    deadline = time.monotonic() + PATIENCE_S
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        while owner.region.is_open(mine) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            api.tick()
+    assert not owner.region.is_open(mine), "its own request expires"
+    assert owner.region.is_open(theirs), "left open: its age cannot be told"
+    said = [r.getMessage() for r in caplog.records if "cannot be judged" in r.getMessage()]
+    assert said and all(m.startswith("edgemark: 1 open request(s) of " + path) for m in said)
+    assert owner.unjudged == 1
+    caplog.clear()
+    owner.region.close(theirs)
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
+        api.tick()
+    assert owner.unjudged == 0 and not [r for r in caplog.records if "cannot be judged" in r.getMessage()]
