@@ -29,9 +29,11 @@ importable from here too.
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import secrets
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -189,6 +191,8 @@ class Recording:
         self._next_check = 0.0
         self._next_attach = 0.0
         self._attach_pause = RETRY_ATTACH_S / 2
+        #: An attach found no region file, and has not been tried since.
+        self._missed = False
         #: When the region may be made or attached again as the API server,
         #: after an error that may pass.
         self._owner_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
@@ -472,27 +476,57 @@ class Recording:
         if now < self._next_attach:
             return None
         try:
-            if not own_regular_file(self.path):
-                raise FileNotFoundError(f"no region file of this user's at {self.path}")
-            before = file_identity(self.path)
-            attached = Region.attach(self.path)
-            if before is None or file_identity(self.path) != before:
-                raise FileNotFoundError(f"the region file {self.path} was replaced while it was attached")
+            attached, identity = self._attach_by_path()
         except (OSError, ValueError) as e:
             self._attach_pause = min(self._attach_pause * 2, RETRY_ATTACH_MAX_S)
             self._next_attach = time.monotonic() + self._attach_pause
-            if isinstance(e, ValueError):
+            if isinstance(e, (ValueError, _channel.UntrustedError)):
                 # A file that is not a region this build can use (or one
-                # whose header is still being written).
+                # whose header is still being written), or not this user's.
                 self.said.warn("attach-bad", "edgemark: %s is not a region this process can record into: %s", self.path, e)
+            elif isinstance(e, FileNotFoundError) and not self._missed:
+                # Said from the next attempt on: a stage on a host of its
+                # own makes the region on its first request.
+                self._missed = True
+                self.once.debug("attach", "edgemark: no region at %s yet: %s", self.path, e)
+            elif isinstance(e, FileNotFoundError):
+                self.said.warn(
+                    "attach",
+                    "edgemark: no region at %s, this process records nothing: the API server makes it as it starts, "
+                    "and every process of the server must be given the same path (%s)",
+                    self.path,
+                    self.spec.env_region,
+                )
             else:
-                self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
+                self.said.warn(
+                    "attach-error", "edgemark: cannot attach the region %s now, this process records nothing: %s", self.path, e
+                )
             return None
         self._attach_pause = RETRY_ATTACH_S / 2
-        self.said.ended("attach-bad")
-        self._region, self._identity, self._next_check = attached, before, now + CHECK_S
+        self._missed = False
+        for what in ("attach", "attach-bad", "attach-error"):
+            self.said.ended(what)
+        self._region, self._identity, self._next_check = attached, identity, now + CHECK_S
         self.say_pending()
         return attached
+
+    def _attach_by_path(self) -> Tuple[Region, Tuple[int, int]]:
+        """The region file at ``self.path``, attached through one descriptor
+        (never a file put at the name between a check and the attach), and
+        its identity."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise _channel.UntrustedError(f"{self.path} is a symlink, not a region file") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise _channel.UntrustedError(f"{self.path} is not a regular file this user owns")
+            return Region.attach(f"/proc/self/fd/{fd}"), (st.st_dev, st.st_ino)
+        finally:
+            os.close(fd)
 
     def read_lookup(self, request_id: str) -> Optional[Token]:
         """The token another process published under ``request_id``, or

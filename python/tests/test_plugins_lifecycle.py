@@ -984,3 +984,34 @@ def test_requests_the_bound_cannot_judge_are_counted_and_said_while_they_stay_op
     with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
         api.tick()
     assert owner.unjudged == 0 and not [r for r in caplog.records if "cannot be judged" in r.getMessage()]
+
+
+def test_a_process_with_no_region_says_so_at_warning_while_requests_need_it(tmp_path, monkeypatch, caplog, servers):
+    path = str(tmp_path / "pd.region")
+    _own_region_env(monkeypatch, path)
+    engine = pd.Recording()
+    engine.said.every = 0.0
+    with caplog.at_level(logging.DEBUG, logger="edgemark.vllm"):
+        for i in range(4):
+            engine._next_attach = 0.0  # the pause between attempts over
+            request = SimpleNamespace(request_id=f"d-{i}", kv_transfer_params={"remote_request_id": f"p-{i}"})
+            assert engine.pd_of(request).token is None
+    said = [r for r in caplog.records if "no region at" in r.getMessage()]
+    warned = [r for r in said if r.levelno == logging.WARNING]
+    assert len(warned) >= 3, "said while it lasts"
+    assert all(path in r.getMessage() and "EDGEMARK_VLLM_REGION" in r.getMessage() for r in warned)
+    # The API server starts: the next attempt attaches, and finds its token.
+    api = servers(tmp_path, "p", env={"EDGEMARK_VLLM_REGION": path})
+    engine._next_attach = 0.0
+    request = SimpleNamespace(request_id="p-p", kv_transfer_params={"do_remote_decode": True})
+    assert str(engine.pd_of(request).token) == api.said["token"]
+
+
+def test_a_stage_on_a_host_of_its_own_makes_its_region_without_a_word_of_a_missing_one(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("EDGEMARK_VLLM_OMNI_REGION", str(tmp_path / "stages.region"))
+    stage = omni.Recording()
+    stage.said.every = 0.0
+    with caplog.at_level(logging.WARNING, logger="edgemark.vllm_omni"):
+        stage.record("req-1", 1, 2, omni.ACCEPT, lambda: True, traceparent=lambda: TRACE)
+    assert stage.host_hold is not None and len(stage._region.open_requests()) == 1
+    assert not [r for r in caplog.records if "no region" in r.getMessage()]
