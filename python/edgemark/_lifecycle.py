@@ -24,6 +24,11 @@ importable from here too.
   is exiting), makes the request lookup again when it could not be made,
   and repeats the warnings while the region stays full, while requests
   stay open that it cannot judge, or while there is no lookup.
+- **Group access.** ``<PREFIX>_GROUP_ACCESS=1`` makes the region and its
+  lookup readable by the owner's group (the region 0660, as ``edgemark
+  create --group-access`` does; the lookup 0750, its entries 0640), each
+  time they are made, so that an exporter under another uid of the group
+  reads them.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from ._region_file import (
     expire,
     file_identity,
     own_regular_file,
+    share_with_group,
     transient,
 )
 from ._said import SAY_AGAIN_S, Once, Said, say
@@ -106,6 +112,12 @@ class Spec:
         return self.env + "_MAX_OPEN_S"
 
     @property
+    def env_group_access(self) -> str:
+        """``1``: the region and its lookup are readable by the owner's
+        group."""
+        return self.env + "_GROUP_ACCESS"
+
+    @property
     def marker(self) -> str:
         """The variable that says the region's name is the plugin's, not
         the user's (inherited with it)."""
@@ -132,6 +144,18 @@ def env_number(var: str, once: Once, lo: float, hi: float, kind: Callable[[str],
 
 def env_int(var: str, once: Once, lo: int, hi: int) -> Optional[int]:
     return env_number(var, once, lo, hi, int)
+
+
+def env_flag(var: str, once: Once) -> bool:
+    """Whether variable ``var`` is ``1``; unset, empty or ``0`` is off, and
+    anything else is off and said once."""
+    v = os.environ.get(var)
+    if not v or v == "0":
+        return False
+    if v == "1":
+        return True
+    once.warn(var, "edgemark: %s=%r is not 1 or 0, taken as 0", var, v)
+    return False
 
 
 def region_path(spec: Spec) -> Tuple[str, bool]:
@@ -185,6 +209,11 @@ class Recording:
         #: Every request is closed within this many seconds of its begin
         #: (plus one ``TICK_S``).
         self.max_open_s: float = MAX_OPEN_S if max_open is None else max_open
+        #: The region and its lookup are shared with the owner's group
+        #: (``<PREFIX>_GROUP_ACCESS=1``): made so, and trusted so.
+        self.group_access = env_flag(spec.env_group_access, self.once)
+        if self.group_access:
+            share_with_group(self.path)
         self.owner: Optional[Owner] = None
         self._region: Optional[Region] = None
         self._identity: Optional[Tuple[int, int]] = None
@@ -196,7 +225,7 @@ class Recording:
         #: When the region may be made or attached again as the API server,
         #: after an error that may pass.
         self._owner_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
-        self._reader = _channel.Reader(_channel.lookup_dir(self.path))
+        self._reader = _channel.Reader(_channel.lookup_dir(self.path), self.group_access)
         self._reader_ok: Optional[bool] = None
         self._reader_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
         self.lock = threading.RLock()
@@ -301,6 +330,7 @@ class Recording:
             self.log,
             self.log_requests(),
             wait,
+            group_access=self.group_access,
         )
 
     def log_requests(self) -> bool:
@@ -583,6 +613,7 @@ __all__ = [
     "attach",
     "closed_entries",
     "create_or_attach",
+    "env_flag",
     "env_int",
     "env_number",
     "file_identity",

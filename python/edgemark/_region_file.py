@@ -53,6 +53,22 @@ MADE_BY_SERVER = ".made-by-server"
 RETRY_S = 1.0
 RETRY_MAX_S = 30.0
 
+#: Region paths whose files are shared with the owner's group, for
+#: reading (the plugin's ``<PLUGIN>_GROUP_ACCESS=1``): a region made at one
+#: of them is made with group access, its lookup 0750.
+_GROUP_SHARED: Set[str] = set()
+
+
+def share_with_group(path: str) -> None:
+    """The region at ``path`` and its lookup are made readable by the
+    owner's group from now on, by every part of this process that makes
+    them."""
+    _GROUP_SHARED.add(path)
+
+
+def shared_with_group(path: str) -> bool:
+    return path in _GROUP_SHARED
+
 
 class Backoff:
     """When a step that failed may be tried again: at once at first, then
@@ -231,12 +247,19 @@ def closed_entries(slots: int) -> int:
 
 
 def create_or_attach(
-    path: str, edges: Iterable[Tuple[int, int]], slots: int, trusted: bool, wait: float = ATTACH_WAIT_S
+    path: str,
+    edges: Iterable[Tuple[int, int]],
+    slots: int,
+    trusted: bool,
+    wait: float = ATTACH_WAIT_S,
+    group_access: Optional[bool] = None,
 ) -> Tuple[Region, Hold, bool]:
     """The region at ``path``, held: created here (``True``), or, when
     ``trusted`` (the user named it, or the plugin named it for this server
     start), a region file this user owns, attached (``False``). A file at
-    an untrusted name is refused.
+    an untrusted name is refused. ``group_access`` (default: whether
+    ``share_with_group`` named ``path``) makes a region created here
+    readable and writable by the owner's group.
 
     The file is locked first and mapped through the locked descriptor, so
     the region returned is the file held, whatever happens at the name. A
@@ -245,10 +268,16 @@ def create_or_attach(
     and replaced before the lock was taken is attached, not called made
     here."""
     edges = list(edges)
+    if group_access is None:
+        group_access = shared_with_group(path)
     for _ in range(3):
         made: Optional[str] = None
         try:
-            made = region_id(Region.create(path, edges=edges, slots=slots, closed_entries=closed_entries(slots)))
+            made = region_id(
+                Region.create(
+                    path, edges=edges, slots=slots, closed_entries=closed_entries(slots), group_access=group_access
+                )
+            )
         except FileExistsError:
             if not trusted:
                 raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
@@ -290,10 +319,14 @@ class Owner:
         log: logging.Logger,
         log_requests: bool = False,
         wait: float = ATTACH_WAIT_S,
+        group_access: Optional[bool] = None,
     ) -> None:
         self.path = path
         self.once = once
-        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait)
+        #: The region and lookup are shared with the owner's group (made so
+        #: here, and trusted so).
+        self.group_access = shared_with_group(path) if group_access is None else group_access
+        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait, self.group_access)
         self.log = log
         self.said = said
         # The last server out removes a region a server made (never one the
@@ -361,7 +394,7 @@ class Owner:
         """A writer of the lookup, made now (with the marker of a region
         made here); ``None``, said, when it cannot be made."""
         try:
-            writer = _channel.Writer(_channel.lookup_dir(self.path))
+            writer = _channel.Writer(_channel.lookup_dir(self.path), self.group_access)
         except OSError as e:
             self._writer_error = e
             self._untrusted = isinstance(e, _channel.UntrustedError)
@@ -545,5 +578,7 @@ __all__ = [
     "expire",
     "file_identity",
     "own_regular_file",
+    "share_with_group",
+    "shared_with_group",
     "transient",
 ]

@@ -19,8 +19,10 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from types import SimpleNamespace
@@ -77,13 +79,15 @@ class Server:
     """One API server process, optionally PID 1 of a PID namespace of its
     own."""
 
-    def __init__(self, directory, name: str, namespace: bool = False, env=None) -> None:
+    def __init__(self, directory, name: str, namespace: bool = False, env=None, umask: int = -1) -> None:
         cmd = [sys.executable, "-c", SERVER, str(directory), name]
         if namespace:
             cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--", *cmd]
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
         environ.update(env or {})
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environ, text=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environ, text=True, umask=umask
+        )
         line = self.proc.stdout.readline()
         assert line, f"the server said nothing (exit {self.proc.poll()})"
         self.said = json.loads(line)
@@ -1015,3 +1019,115 @@ def test_a_stage_on_a_host_of_its_own_makes_its_region_without_a_word_of_a_missi
         stage.record("req-1", 1, 2, omni.ACCEPT, lambda: True, traceparent=lambda: TRACE)
     assert stage.host_hold is not None and len(stage._region.open_requests()) == 1
     assert not [r for r in caplog.records if "no region" in r.getMessage()]
+
+
+# -- group access ----------------------------------------------------------------
+
+
+def test_the_lookup_is_trusted_with_its_groups_read_bits_only_under_group_access(tmp_path):
+    # mode: trusted without group access, with it.
+    cases = {0o700: (True, True), 0o750: (False, True), 0o710: (False, True), 0o770: (False, False),
+             0o701: (False, False), 0o755: (False, False)}  # fmt: skip
+    d = tmp_path / "r.requests"
+    d.mkdir()
+    for mode, expected in cases.items():
+        os.chmod(d, mode)
+        for group, trusted in zip((False, True), expected):
+            for side in (lambda: _channel.Reader(str(d), group).open(), lambda: _channel.Writer(str(d), group)):
+                try:
+                    side()
+                    got = True
+                except _channel.UntrustedError:
+                    got = False
+                assert got == trusted, (oct(mode), group)
+
+
+def test_group_access_makes_the_region_and_lookup_group_readable_whatever_the_umask_and_again_when_remade(
+    tmp_path, monkeypatch
+):
+    path = str(tmp_path / "pd.region")
+    _own_region_env(monkeypatch, path)
+    monkeypatch.setenv("EDGEMARK_VLLM_GROUP_ACCESS", "1")
+    old = os.umask(0o077)
+    try:
+        api = pd.Recording()
+        owner = api.start(None)
+        assert api.begin("p-1", {"do_remote_decode": True}, None) is not None
+        lookup = _channel.lookup_dir(path)
+
+        def modes():
+            entry = os.path.join(lookup, _channel.entry_name("p-1"))
+            return [stat.S_IMODE(os.stat(p).st_mode) for p in (path, lookup, entry)]
+
+        assert modes() == [0o660, 0o750, 0o640]
+        # Removed under the server (a clean of an older release, by hand):
+        # made again, shared as before.
+        os.unlink(path)
+        shutil.rmtree(lookup)
+        api.tick()
+        assert api.owner is not owner
+        assert api.begin("p-1", {"do_remote_decode": True}, None) is not None
+        assert modes() == [0o660, 0o750, 0o640]
+        # A stage on a host of its own makes its region shared too.
+        monkeypatch.setenv("EDGEMARK_VLLM_OMNI_REGION", str(tmp_path / "stages.region"))
+        monkeypatch.setenv("EDGEMARK_VLLM_OMNI_GROUP_ACCESS", "1")
+        omni.Recording().record("req-1", 1, 2, omni.ACCEPT, lambda: True, traceparent=lambda: TRACE)
+        assert stat.S_IMODE(os.stat(tmp_path / "stages.region").st_mode) == 0o660
+    finally:
+        os.umask(old)
+
+
+#: What a process of another user reads, as uid argv[3], gid argv[4] and
+#: the supplementary groups that follow: the region at argv[1] (attached
+#: read-only, as an exporter does) and the entry argv[2] of its lookup.
+READ_AS = r"""
+import json, os, sys
+import edgemark
+path, entry = sys.argv[1], sys.argv[2]
+os.setgroups([int(g) for g in sys.argv[5:]])
+os.setgid(int(sys.argv[4]))
+os.setuid(int(sys.argv[3]))
+out = {}
+try:
+    out["open_requests"] = len(edgemark.Region.attach(path, allow_foreign_owner=True, read_only=True).open_requests())
+except OSError as e:
+    out["open_requests"] = e.__class__.__name__
+try:
+    with open(entry, "rb") as f:
+        out["entry"] = f.read().decode().split("\n")[1]
+except OSError as e:
+    out["entry"] = e.__class__.__name__
+print(json.dumps(out))
+"""
+
+
+def test_group_access_lets_another_uid_of_the_group_read_the_region_and_its_lookup_and_nobody_else(servers):
+    if os.geteuid() != 0 and os.environ.get("CI") != "true":
+        pytest.skip("another uid needs root")
+    # Beside the regions of /dev/shm, in a directory anyone may enter
+    # (pytest's own is its owner's only).
+    directory = tempfile.mkdtemp(prefix="edgemark-group-", dir="/dev/shm")
+    try:
+        os.chmod(directory, 0o755)
+        group = os.getegid()
+        reads = {}
+        for shared in (True, False):
+            path = os.path.join(directory, f"{'shared' if shared else 'own'}.region")
+            env = {"EDGEMARK_VLLM_REGION": path, "EDGEMARK_VLLM_GROUP_ACCESS": "1" if shared else "0"}
+            s = servers(directory, "g", env=env, umask=0o077)
+            entry = os.path.join(_channel.lookup_dir(path), _channel.entry_name("p-g"))
+            for who, groups in (("in the group", [group]), ("outside it", [])):
+                out = subprocess.run(
+                    [sys.executable, "-c", READ_AS, path, entry, str(NOBODY), str(NOBODY), *map(str, groups)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                reads[shared, who] = json.loads(out)
+            s.exit()
+        assert reads[True, "in the group"] == {"open_requests": 1, "entry": "p-g"}
+        denied = {"open_requests": "PermissionError", "entry": "PermissionError"}
+        assert reads[True, "outside it"] == denied, "others never"
+        assert reads[False, "in the group"] == denied, "the group only with the variable"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
