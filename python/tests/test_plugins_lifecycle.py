@@ -5,11 +5,16 @@ their own PID namespace over one ``/dev/shm`` (containers with
 API servers of one launcher, a peer that outlives the creator of a shared
 region, a region file removed under a running server, requests nobody
 closes, a full region, a finalizer run inside a locked section, a
-connector the plugin cannot follow; and ``clean``.
+connector the plugin cannot follow; races at the region file (a peer that
+exits or a ``clean`` while a server attaches), errors that pass, an exit
+during a tick, requests the bound cannot judge, a missing region, group
+access; and ``clean``.
 
 No vLLM is needed: each process builds the plugin's ``Recording`` as the
-API server's wrappers do. The PID-namespace tests need ``unshare`` with the
-right to make namespaces (root, as in CI) and are skipped without it.
+API server's wrappers do. The PID- and time-namespace tests need
+``unshare`` with the right to make namespaces, the group-access test a
+process of another uid (root, as in CI); they are skipped without them,
+except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
