@@ -1,0 +1,129 @@
+"""Real P/D pairs in the deployment shapes whose processes are more than one
+of each: a prefill instance with two API servers (``--api-server-count 2``)
+and a prefill instance with two data parallel ranks on one host
+(``--data-parallel-size 2``), each beside a plain decode instance, the
+installed plugin switched on as a user does it (``EDGEMARK_VLLM=1``, one
+region named for both instances).
+
+Per shape: requests at once from several clients, each a P/D proxy's two
+steps under a trace of its own; every request's four events on ``0->1:0``
+in the orders causality fixes; every request closed where it ended (none by
+the bound: ``expired_requests`` 0), no begin refused, nothing left open.
+
+Needs what ``test_vllm_pd.py`` needs (vLLM with NIXL, the tiny Qwen3 in
+``EDGEMARK_QWEN3_MODEL``); skipped without, unless ``EDGEMARK_REQUIRE_VLLM=1``.
+Every process started is stopped by its process group, on failure too.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+
+import pytest
+
+import edgemark
+from _live import EDGE, EVENTS, load_support, need_vllm_nixl, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = os.path.join(HERE, "real_vllm")
+#: A bound on each wait, never a timing that is asserted.
+PATIENCE_S = 900.0
+#: A bound on each HTTP step of a request, never a timing that is asserted.
+STEP_S = 600.0
+#: The prefill instance's KV lease (see test_vllm_pd.py).
+LEASE_S = 120
+#: Requests per shape, and clients at once.
+N, AT_ONCE = 12, 3
+
+need_vllm_nixl()
+pd = load_support(SUPPORT, "real_vllm_server", "server.py")
+tiny = load_support(SUPPORT, "real_vllm_tiny_qwen3", "tiny_qwen3.py")
+
+
+@pytest.fixture(scope="module")
+def model():
+    with tiny.made(os.environ.get("EDGEMARK_QWEN3_MODEL")) as where:
+        yield where
+
+
+SHAPES = {
+    "api-server-count-2": ("--api-server-count", "2"),
+    "data-parallel-2": ("--data-parallel-size", "2"),
+}
+
+
+@pytest.fixture(params=sorted(SHAPES))
+def pair(request, model, tmp_path):
+    region = str(tmp_path / "pd.region")
+    env = {"EDGEMARK_VLLM": "1", "EDGEMARK_VLLM_REGION": region, "VLLM_PLUGINS": "edgemark_vllm"}
+    prefill = pd.VllmServer(
+        sys.executable, model, pd.free_port(), pd.free_port(), env=env, log_path=tmp_path / "prefill.log",
+        kv_extra={"kv_lease_duration": LEASE_S}, extra_args=SHAPES[request.param], nice=5,
+    )  # fmt: skip
+    decode = pd.VllmServer(
+        sys.executable, model, pd.free_port(), pd.free_port(), env=env, log_path=tmp_path / "decode.log", nice=5
+    )
+    try:
+        prefill.start()
+        decode.start()
+        prefill.wait_ready(PATIENCE_S)
+        decode.wait_ready(PATIENCE_S)
+        pd.warm_up(prefill.port, decode.port, timeout=STEP_S)
+        yield request.param, prefill, decode, region
+    finally:
+        decode.stop()
+        prefill.stop()
+
+
+def test_every_request_is_recorded_and_closed_where_it_ended(pair):
+    shape, prefill, decode, region_path = pair
+    model_name = pd.model_name(prefill.port)
+    traces: list = []
+    errors: list = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for i in range(k, N, AT_ONCE):
+            tp = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+            with lock:
+                traces.append(tp.split("-")[1])
+            try:
+                _, second = pd.pd_complete(
+                    prefill.port, decode.port, pd.prompt_of(167, 500 + i), 4, request_id=f"pd-{shape}-{i}",
+                    traceparent=tp, model=model_name, timeout=STEP_S,
+                )  # fmt: skip
+                assert second["usage"]["completion_tokens"] == 4
+            except BaseException as e:  # noqa: BLE001 - raised below, in the test's thread
+                errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(AT_ONCE)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    region = edgemark.Region.attach(region_path)
+    closed: dict = {}
+
+    def all_closed() -> bool:
+        for c in region.drain_closed(1000):
+            closed[c["trace_id"]] = c
+        return set(traces) <= set(closed)
+
+    wait_for(f"{len(traces)} closed requests ({shape})", all_closed, PATIENCE_S)
+    for trace in traces:
+        seg = closed[trace]["snapshot"][EDGE]
+        at = {e: seg[e + "_ms"] for e in EVENTS}
+        emit, send, accept, output = (at[e] for e in EVENTS)
+        assert None not in at.values(), (shape, trace, at)
+        assert emit <= send and emit <= accept <= output, (shape, trace, at)
+    wait_for("nothing open", lambda: region.open_requests() == [], PATIENCE_S)
+    counters = region.counters()
+    assert counters["refused"]["region_full"] == 0, counters
+    assert counters["expired_requests"] == 0, counters
+    # Every closed request drained once per trace (the warm-up's too): no
+    # request begun twice, by two API servers or two ranks.
+    assert counters["closed_requests"] == len(closed), (counters, len(closed))
