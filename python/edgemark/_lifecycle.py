@@ -34,11 +34,9 @@ importable from here too.
 from __future__ import annotations
 
 import atexit
-import errno
 import logging
 import os
 import secrets
-import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -58,6 +56,7 @@ from ._region_file import (
     create_or_attach,
     expire,
     file_identity,
+    open_own_file,
     own_regular_file,
     share_with_group,
     transient,
@@ -594,16 +593,8 @@ class Recording:
         """The region file at ``self.path``, attached through one descriptor
         (never a file put at the name between a check and the attach), and
         its identity."""
+        fd, st = open_own_file(self.path)
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise _channel.UntrustedError(f"{self.path} is a symlink, not a region file") from None
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise _channel.UntrustedError(f"{self.path} is not a regular file this user owns")
             return Region.attach(f"/proc/self/fd/{fd}"), (st.st_dev, st.st_ino)
         finally:
             os.close(fd)

@@ -152,6 +152,26 @@ def attach(path: str, wait: float = ATTACH_WAIT_S) -> Region:
             time.sleep(0.05)
 
 
+def open_own_file(path: str) -> Tuple[int, os.stat_result]:
+    """A read-only descriptor of the region file at ``path`` and its
+    ``fstat``: a regular file this user owns, never through a symlink
+    (``UntrustedError`` otherwise; ``OSError`` when it cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _channel.UntrustedError(f"{path} is a symlink, not a region file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise _channel.UntrustedError(f"{path} is not a regular file this user owns")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
 class Hold:
     """This process's shared ``flock`` on a region file: held for the
     process's life, dropped by the kernel when it dies (in any PID
@@ -164,16 +184,8 @@ class Hold:
     def __init__(self, path: str) -> None:
         self.path = path
         self._pid = os.getpid()
+        fd, st = open_own_file(path)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise _channel.UntrustedError(f"{path} is a symlink, not a region file") from None
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise _channel.UntrustedError(f"{path} is not a regular file this user owns")
             deadline = time.monotonic() + self.WAIT_S
             while True:
                 try:
@@ -617,6 +629,7 @@ __all__ = [
     "create_or_attach",
     "expire",
     "file_identity",
+    "open_own_file",
     "own_regular_file",
     "share_with_group",
     "shared_with_group",

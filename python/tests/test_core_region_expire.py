@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,8 @@ import pytest
 
 from edgemark import Event as E
 from edgemark import Region
+
+from _namespaces import needs_time_namespace
 
 HOUR = 3600.0
 
@@ -140,21 +141,7 @@ def test_requests_of_a_killed_process_expire(tmp_path):
     assert region.counters()["expired_requests"] == 3
 
 
-def _can_unshare_time() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    try:
-        return subprocess.run(
-            ["unshare", "--time", "--fork", "--monotonic", "1000", "true"], capture_output=True, timeout=30
-        ).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@pytest.mark.skipif(
-    os.environ.get("CI") != "true" and not _can_unshare_time(),
-    reason="no time namespaces here (unshare --time needs root)",
-)
+@needs_time_namespace
 def test_expire_report_counts_the_requests_it_cannot_judge_and_leaves_them_open(tmp_path):
     # A process of another time namespace (a container of its own) begins a
     # request: its origin is on that namespace's clock, so its age cannot be

@@ -37,6 +37,8 @@ import pytest
 import edgemark
 from edgemark import _channel, _clean, _lifecycle, _region_file
 from edgemark.vllm import _recording as pd
+
+from _namespaces import needs_time_namespace, needs_unshare
 from edgemark.vllm_omni import _recording as omni
 
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -44,23 +46,6 @@ TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 PATIENCE_S = 60.0
 NOBODY = 65534
 
-
-def _can_unshare() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    try:
-        return subprocess.run(
-            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30
-        ).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-#: Skipped where PID namespaces cannot be made, never in CI (``CI=true``,
-#: as root): there a missing ``unshare`` fails the tests.
-needs_unshare = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and not _can_unshare(), reason="no PID namespaces here (unshare needs root)"
-)
 
 #: An API server as the P/D plugin's wrappers drive it: makes its region
 #: (named under argv[1] unless EDGEMARK_VLLM_REGION names it), begins a
@@ -938,24 +923,6 @@ def test_a_clean_exit_during_a_tick_leaves_no_region_behind(tmp_path):
     assert os.listdir(tmp_path) == [], "no region made at exit"
     assert "removed or replaced" not in proc.stderr
 
-
-def _can_unshare_time() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    try:
-        return subprocess.run(
-            ["unshare", "--time", "--fork", "--monotonic", "1000", "true"], capture_output=True, timeout=30
-        ).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-#: Skipped where time namespaces cannot be made, never in CI (``CI=true``,
-#: as root): there a missing ``unshare --time`` fails the test.
-needs_time_namespace = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and not _can_unshare_time(),
-    reason="no time namespaces here (unshare --time needs root)",
-)
 
 #: A stage of another time namespace (a container of its own) that begins a
 #: request in the region at argv[1]: its origin is on its own clock.

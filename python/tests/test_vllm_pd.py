@@ -78,26 +78,13 @@ def pair(model, tmp_path_factory):
     # VLLM_PLUGINS: vLLM's allow-list, so that the vLLM-Omni plugins this
     # environment also carries stay out of a plain vLLM server.
     env = {"EDGEMARK_VLLM": "1", "EDGEMARK_VLLM_REGION": region, "VLLM_PLUGINS": "edgemark_vllm"}
-    prefill = pd.VllmServer(
-        sys.executable, model, pd.free_port(), pd.free_port(), env=env, log_path=tmp / "prefill.log",
-        kv_extra={"kv_lease_duration": LEASE_S}, nice=5,
-    )
-    decode = pd.VllmServer(
-        sys.executable, model, pd.free_port(), pd.free_port(), env=env, log_path=tmp / "decode.log", nice=5
-    )
-    try:
-        prefill.start()
-        decode.start()
-        prefill.wait_ready(PATIENCE_S)
-        decode.wait_ready(PATIENCE_S)
-        # The first hand-off between a new pair does NIXL's side-channel
-        # handshake; it is done once, before the requests the test counts,
-        # and retried (vLLM waits 5 s for the handshake's reply).
-        pd.warm_up(prefill.port, decode.port, timeout=STEP_S)
+    # The first hand-off between a new pair does NIXL's side-channel
+    # handshake; it is done once, before the requests the test counts, and
+    # retried (vLLM waits 5 s for the handshake's reply).
+    with pd.started_pair(
+        sys.executable, model, tmp, env, {"kv_lease_duration": LEASE_S}, patience=PATIENCE_S, step_timeout=STEP_S
+    ) as (prefill, decode):
         yield prefill, decode, region
-    finally:
-        decode.stop()
-        prefill.stop()
 
 
 def test_every_request_records_the_hand_off_and_an_aborted_one_closes_without_it(pair):

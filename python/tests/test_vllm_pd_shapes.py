@@ -59,23 +59,11 @@ SHAPES = {
 def pair(request, model, tmp_path):
     region = str(tmp_path / "pd.region")
     env = {"EDGEMARK_VLLM": "1", "EDGEMARK_VLLM_REGION": region, "VLLM_PLUGINS": "edgemark_vllm"}
-    prefill = pd.VllmServer(
-        sys.executable, model, pd.free_port(), pd.free_port(), env=env, log_path=tmp_path / "prefill.log",
-        kv_extra={"kv_lease_duration": LEASE_S}, extra_args=SHAPES[request.param], nice=5,
-    )  # fmt: skip
-    decode = pd.VllmServer(
-        sys.executable, model, pd.free_port(), pd.free_port(), env=env, log_path=tmp_path / "decode.log", nice=5
-    )
-    try:
-        prefill.start()
-        decode.start()
-        prefill.wait_ready(PATIENCE_S)
-        decode.wait_ready(PATIENCE_S)
-        pd.warm_up(prefill.port, decode.port, timeout=STEP_S)
+    with pd.started_pair(
+        sys.executable, model, tmp_path, env, {"kv_lease_duration": LEASE_S}, SHAPES[request.param],
+        patience=PATIENCE_S, step_timeout=STEP_S,
+    ) as (prefill, decode):  # fmt: skip
         yield request.param, prefill, decode, region
-    finally:
-        decode.stop()
-        prefill.stop()
 
 
 def test_every_request_is_recorded_and_closed_where_it_ended(pair):

@@ -23,6 +23,7 @@ and its engine core share one process group that ``stop`` clears.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -272,6 +273,39 @@ def warm_up(
                 raise
             time.sleep(1.0)
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def started_pair(
+    python: str | os.PathLike,
+    model_dir: str | os.PathLike,
+    logs: str | os.PathLike,
+    env: dict[str, str],
+    prefill_kv: dict | None = None,
+    prefill_args: tuple[str, ...] = (),
+    patience: float = 900.0,
+    step_timeout: float = 600.0,
+):
+    """A prefill and a decode instance on this host, started together
+    (niceness 5, logs ``prefill.log`` and ``decode.log`` in `logs`), ready,
+    and warmed up (NIXL's handshake done, ``warm_up``); stopped on the way
+    out, on failure too. Yields ``(prefill, decode)``."""
+    logs = Path(logs)
+    prefill = VllmServer(
+        python, model_dir, free_port(), free_port(), env=env, log_path=logs / "prefill.log", kv_extra=prefill_kv,
+        extra_args=prefill_args, nice=5,
+    )  # fmt: skip
+    decode = VllmServer(python, model_dir, free_port(), free_port(), env=env, log_path=logs / "decode.log", nice=5)
+    try:
+        prefill.start()
+        decode.start()
+        prefill.wait_ready(patience)
+        decode.wait_ready(patience)
+        warm_up(prefill.port, decode.port, timeout=step_timeout)
+        yield prefill, decode
+    finally:
+        decode.stop()
+        prefill.stop()
 
 
 def prompt_of(n_tokens: int, salt: int = 0) -> str:
