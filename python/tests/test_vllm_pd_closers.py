@@ -375,6 +375,26 @@ def test_a_joined_decode_side_keeps_it_open_until_its_first_output_when_no_send_
     assert events(snap) == {EMIT, ACCEPT, OUTPUT}
 
 
+def test_a_prefill_done_on_another_node_and_joined_here_closes_after_the_decode_side_s_first_output(instance):
+    # Data parallel across nodes: an engine on another node prefilled it
+    # (no emit here), the decode instance on this host joined it.
+    env, api, engine, region = instance
+    assert api("begin", rid="p-1", side="prefill", tp=trace(1))
+    api("finished", rid="p-1")
+    reader = _channel.Reader(_channel.lookup_dir(env["EDGEMARK_VLLM_REGION"]))
+    reader.open()
+    assert reader.join("p-1")
+    time.sleep(1.0)
+    assert len(region.open_requests()) == 1, "the joined side still records"
+    token = reader.read("p-1")
+    region.record(token, 0, 1, edgemark.Event.CONSUMER_FIRST_ACCEPT)
+    region.record(token, 0, 1, edgemark.Event.CONSUMER_FIRST_NONEMPTY_OUTPUT)
+    wait_for(lambda: region.open_requests() == [])
+    (snap,) = closed_by_trace(region).values()
+    assert events(snap) == {ACCEPT, OUTPUT}
+    assert region.counters()["expired_requests"] == 0
+
+
 def test_a_decode_request_of_its_own_and_an_aborted_request_close_when_they_end(instance):
     env, api, engine, region = instance
     assert api("begin", rid="d-1", side="decode", tp=trace(1))

@@ -316,13 +316,14 @@ class Recording(_lifecycle.Recording):
         request; a decode request of its own closes at once): closed when no
         more can come, else asked again later.
 
-        - no emit recorded: its blocks were not kept for a decode side on
-          this host's engines (not handed over, or prefilled elsewhere):
-          closed;
-        - a decode side joined it: closed once that side's first output is
-          in and no send side of this instance is left to record send
-          complete (else the joined side or the send side closes it, the
-          bound as the last resort: ``math.inf``);
+        - a decode side on this host joined it: closed once that side's
+          first output is in and no send complete can come here (no emit
+          was recorded here, or no send side of this instance is left on
+          the host); else asked again (the joined side or the send side
+          closes it, the bound as the last resort);
+        - else, no emit recorded here (its blocks were not kept for a
+          decode side by this host's engines: not handed over, or
+          prefilled on another node): closed;
         - else closed when no send side of this instance is left on the host
           (no send complete can come); while one lives, asked again after
           each KV lease (a waiting decode side renews it; the lease's
@@ -332,9 +333,9 @@ class Recording(_lifecycle.Recording):
         if owner is None:
             return None
         region = owner.region
-        if not region.recorded(token, PREFILL, DECODE, EMIT):
-            return None
-        sender = self.present(SENDER_PART)
+        emit = region.recorded(token, PREFILL, DECODE, EMIT)
+        # Without an emit here no send complete can come here.
+        sender = self.present(SENDER_PART) if emit else False
         if sender is None:
             # Not told yet (the instance's processes are still announcing).
             return time.monotonic() + SETTLE_S
