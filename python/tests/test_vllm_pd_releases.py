@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -443,3 +445,54 @@ def test_vllm_s_ray_executors_copy_the_plugins_variables_to_what_they_start(monk
     assert ours <= copied and "MYLIB_X" in copied, "the user's prefix stays"
     _instrument.carry_to_ray()
     assert os.environ[_instrument.RAY_PREFIXES_VAR] == "MYLIB_,EDGEMARK_,_EDGEMARK_", "added once"
+
+
+#: A process as vLLM's Ray executor starts one on another node: its
+#: environment is what get_env_vars_to_copy chose (with PATH), nothing
+#: inherited. It loads the plugin as vLLM would (``register``), and its
+#: recording state announces a send side into the region its parent named
+#: and records an event into the request its parent began.
+RAY_STARTED = r"""
+import json, sys
+from edgemark import vllm as v
+from edgemark.vllm import _recording as pd
+v.register()
+rec = v.instrumentor.recording
+rec.announce(pd.SENDER_PART)
+token = rec.lookup("p-ray") if rec.region() is not None else None
+recorded = token is not None and rec.region().record(token, pd.PREFILL, pd.DECODE, pd.SEND)
+print(json.dumps({"region": rec.path, "instance": rec.instance, "recorded": recorded}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_process_started_with_what_ray_copies_records_into_its_parent_s_region(monkeypatch, tmp_path):
+    # vLLM's CPU build runs no Ray executor, so the process a Ray executor
+    # would start on another node is stood in for by a real process whose
+    # whole environment is what this release's get_env_vars_to_copy picks.
+    from vllm.ray.ray_env import get_env_vars_to_copy
+
+    for k in [k for k in os.environ if k.startswith(("EDGEMARK_", "_EDGEMARK_")) or k == _instrument.RAY_PREFIXES_VAR]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv(em_vllm.ENV_ENABLE, "1")
+    monkeypatch.setenv(em_vllm.ENV_REGION, str(tmp_path / "ray.region"))
+    monkeypatch.setenv("VLLM_PLUGINS", "edgemark_vllm")
+    _instrument.carry_to_ray()  # what the driver's entry point does
+    api = Recording()
+    assert api.start(None) is not None
+    token = api.begin("p-ray", {"do_remote_decode": True}, TRACE)
+    assert token is not None
+    env = {k: os.environ[k] for k in get_env_vars_to_copy() if k in os.environ}
+    env["PATH"] = os.environ.get("PATH", "")
+    child = subprocess.Popen(
+        [sys.executable, "-c", RAY_STARTED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        said = json.loads(child.stdout.readline())
+        assert said["region"] == api.path and said["instance"] == api.instance, said
+        assert said["recorded"] is True
+        assert api.present(connector.SENDER_PART) is True, "its send side is this instance's"
+        assert ms(segment(api.owner.region.snapshot(token)), SEND) is not None
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
