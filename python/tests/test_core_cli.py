@@ -56,14 +56,48 @@ def test_the_demo_starts_its_workers_as_python_m_edgemark():
     assert "edge 0->1 (segment 0)" in o.stdout and "edge 1->2 (segment 0)" in o.stdout
 
 
+def _sigint_at_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_a_sigint_ignored_by_its_starter_stays_ignored(tmp_path):
+    # As a binary started with SIGINT ignored (`cmd &` in a script) keeps it
+    # ignored: the command does not put Python's default back.
+    path = str(tmp_path / "watch.region")
+    assert run("create", path, "--edge", "0:1", "--slots", "64").returncode == 0
+    p = subprocess.Popen(
+        [*CLI, "watch", path, "--interval", "0.1"], stdout=subprocess.PIPE, preexec_fn=_sigint_ignored
+    )
+    try:
+        assert p.stdout.readline().startswith(b"region")
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGTERM)
+        # Had the SIGINT ended it, it would have died of that one: the lower
+        # of two pending signals is delivered first.
+        assert p.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=20)
+
+
 def test_sigint_ends_it_and_a_closed_pipe_is_quiet(tmp_path):
     path = str(tmp_path / "watch.region")
     assert run("create", path, "--edge", "0:1", "--slots", "64").returncode == 0
     # Ctrl-C ends the command as it ends the binary: killed by SIGINT, not
     # a KeyboardInterrupt waiting for the command to return.
-    # Sent once the command runs (its first line out), not while Python
-    # starts: a loaded machine can take longer than any fixed pause.
-    p = subprocess.Popen([*CLI, "watch", path, "--interval", "0.1"], stdout=subprocess.PIPE)
+    # Started as a shell starts a command in the foreground, SIGINT at its
+    # default (a runner started in the background, `cmd &`, ignores it, and
+    # the command rightly keeps it ignored: test_a_sigint_ignored_by_its_
+    # starter_stays_ignored); sent once the command runs (its first line
+    # out), not while Python starts.
+    p = subprocess.Popen(
+        [*CLI, "watch", path, "--interval", "0.1"], stdout=subprocess.PIPE, preexec_fn=_sigint_at_default
+    )
     assert p.stdout.readline().startswith(b"region")
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=20) == -signal.SIGINT
