@@ -125,7 +125,9 @@ class Hosts:
     ``/dev/shm``; everything made is removed by name and pid in
     :meth:`close`."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, shm_size: str = "256m") -> None:
+        """``shm_size``: each host's ``/dev/shm`` (vLLM's multiprocess
+        executor asks 240 MiB of it per engine core)."""
         self.log_dir = log_dir
         self.namespaces: list = []
         self.links: list = []
@@ -155,7 +157,7 @@ class Hosts:
             holder = self.spawn(
                 f"host-{h}",
                 ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-                 "mount -t tmpfs -o size=256m tmpfs /dev/shm && echo up && exec sleep 100000"],
+                 f"mount -t tmpfs -o size={shm_size} tmpfs /dev/shm && echo up && exec sleep 100000"],
             )
             assert holder.line().strip() == "up", holder.log()
             self.holder[h] = holder
