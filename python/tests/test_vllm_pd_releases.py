@@ -483,7 +483,11 @@ def test_a_process_started_with_what_ray_copies_records_into_its_parent_s_region
     token = api.begin("p-ray", {"do_remote_decode": True}, TRACE)
     assert token is not None
     env = {k: os.environ[k] for k in get_env_vars_to_copy() if k in os.environ}
+    # What a node's own installation gives its processes (here the release
+    # under test may be on PYTHONPATH: .ci/vllm-class-env).
     env["PATH"] = os.environ.get("PATH", "")
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     child = subprocess.Popen(
         [sys.executable, "-c", RAY_STARTED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
     )
