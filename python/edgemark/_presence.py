@@ -167,11 +167,6 @@ class Presence:
         self._thread: Optional[threading.Thread] = None
         self._pid = os.getpid()
 
-    @property
-    def parts(self) -> Set[str]:
-        """The parts announced (or to be, once the file exists)."""
-        return set(self._parts)
-
     def announce(self, part: str) -> None:
         """Holds ``part`` from now on (at once if the file exists, else as
         soon as it does). Idempotent."""

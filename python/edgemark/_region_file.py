@@ -350,10 +350,6 @@ class Owner:
         with self._due_lock:
             heapq.heappush(self._due, (when, next(self._due_order), request_id, token, finished))
 
-    def due(self) -> int:
-        """How many closes wait for their time."""
-        return len(self._due)
-
     def close_due(self, now: float, decide: Callable[[str, Token, float], Optional[float]]) -> int:
         """Closes every request whose time has come and that is still open
         under its ID, unless ``decide(request_id, token, finished)`` gives a
