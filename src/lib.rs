@@ -104,6 +104,8 @@ pub mod clock;
 mod domains;
 #[cfg(not(edgemark_loom))]
 mod fault;
+#[cfg(not(edgemark_loom))]
+pub mod follow;
 mod layout;
 mod mark;
 mod outcome;

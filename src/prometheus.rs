@@ -188,9 +188,72 @@ pub fn render_with(
         Ok(read) => (read, None),
         Err(e) => (None, Some(e)),
     };
+    encode(vec![(None, read)], counters, format, out);
+    err.map_or(Ok(()), Err)
+}
+
+/// A scrape of several regions, appended to `out` in `format`: each family
+/// once, each sample labelled `region="NAME"` with its region's name (a
+/// server that follows a directory names each region by its file name, so
+/// the label has one value per region file, never per request), then
+/// `counters`. A region given as `None`, or one that cannot be read now
+/// (gone, shrunk), shows as `edgemark_region_ok{region="NAME"} 0` alone.
+/// The names of the regions that could not be read are returned.
+///
+/// ```
+/// use edgemark::prometheus::{self, Format};
+/// let a = edgemark::Recorder::builder().edge(0, 1).create_in_memory()?;
+/// let b = edgemark::Recorder::builder().edge(0, 1).create_in_memory()?;
+/// a.close(a.begin().unwrap());
+/// let mut text = String::new();
+/// let unread = prometheus::render_regions(
+///     &[("a.region", Some(&*a)), ("b.region", Some(&*b)), ("gone.region", None)],
+///     &[],
+///     Format::Text,
+///     &mut text,
+/// );
+/// assert!(unread.is_empty());
+/// assert!(text.contains("edgemark_closed_requests_total{region=\"a.region\"} 1\n"));
+/// assert!(text.contains("edgemark_closed_requests_total{region=\"b.region\"} 0\n"));
+/// assert!(text.contains("edgemark_region_ok{region=\"gone.region\"} 0\n"));
+/// assert_eq!(text.matches("# TYPE edgemark_open_requests gauge").count(), 1);
+/// # Ok::<(), edgemark::CreateError>(())
+/// ```
+pub fn render_regions(
+    regions: &[(&str, Option<&Viewer>)],
+    counters: &[ServerCounter],
+    format: Format,
+    out: &mut String,
+) -> Vec<(String, SweepError)> {
+    let mut unread = Vec::new();
+    let reads = regions
+        .iter()
+        .map(|(name, rec)| {
+            let read = match rec.map(Read::take).transpose() {
+                Ok(read) => read,
+                Err(e) => {
+                    unread.push(((*name).to_owned(), e));
+                    None
+                }
+            };
+            (Some((*name).to_owned()), read)
+        })
+        .collect();
+    encode(reads, counters, format, out);
+    unread
+}
+
+/// Encodes what was read, each region's samples labelled with its name
+/// when it has one.
+fn encode(
+    reads: Vec<(Option<String>, Option<Read>)>,
+    counters: &[ServerCounter],
+    format: Format,
+    out: &mut String,
+) {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(ScrapeCollector {
-        read,
+        reads,
         counters: counters.to_vec(),
         format,
     }));
@@ -199,7 +262,6 @@ pub fn render_with(
         Format::OpenMetrics => prometheus_client::encoding::text::encode(out, &registry),
         Format::Text => prometheus_client::encoding::text::encode_registry(out, &registry),
     };
-    err.map_or(Ok(()), Err)
 }
 
 /// What one scrape read of a region: everything it shows, read before any
@@ -238,20 +300,26 @@ impl Read {
 
 #[derive(Debug)]
 struct ScrapeCollector {
-    /// `None`: shows `edgemark_region_ok 0` alone.
-    read: Option<Read>,
+    /// Each region's name (its `region` label; none for a scrape of one
+    /// region) and what was read of it (`None`: shows
+    /// `edgemark_region_ok 0` alone).
+    reads: Vec<(Option<String>, Option<Read>)>,
     counters: Vec<ServerCounter>,
     format: Format,
+}
+
+/// A sample's labels: the region's name (if it has one), then its own.
+fn labels(region: &Option<String>, own: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    region
+        .iter()
+        .map(|r| ("region", r.clone()))
+        .chain(own.iter().cloned())
+        .collect()
 }
 
 impl Collector for ScrapeCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let format = self.format;
-        let gauge = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64| {
-            let g = ConstGauge::new(v);
-            let (family, unit) = format.family(name, Kind::Gauge);
-            g.encode(enc.encode_descriptor(&family, help, unit, g.metric_type())?)
-        };
         let counter = |enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64| {
             let (family, unit) = format.family(name, Kind::Counter);
             format.counter_sample(
@@ -259,15 +327,20 @@ impl Collector for ScrapeCollector {
                 v,
             )
         };
-        gauge(
-            &mut enc,
-            "edgemark_region_ok",
-            "1 if the region file has its full length and was read, 0 if not",
-            i64::from(self.read.is_some()),
-        )?;
-        if let Some(read) = &self.read {
-            read.encode(&mut enc, format)?;
+        {
+            let (family, unit) = format.family("edgemark_region_ok", Kind::Gauge);
+            let mut family = enc.encode_descriptor(
+                &family,
+                "1 if the region file has its full length and was read, 0 if not",
+                unit,
+                MetricType::Gauge,
+            )?;
+            for (region, read) in &self.reads {
+                let g = ConstGauge::new(i64::from(read.is_some()));
+                g.encode(family.encode_family(&labels(region, &[]))?)?;
+            }
         }
+        encode_reads(&self.reads, &mut enc, format)?;
         for c in &self.counters {
             counter(&mut enc, c.name, c.help, c.value)?;
         }
@@ -275,69 +348,88 @@ impl Collector for ScrapeCollector {
     }
 }
 
-impl Read {
-    /// The histogram families, then the report's counters and gauges.
-    fn encode(&self, enc: &mut DescriptorEncoder<'_>, format: Format) -> std::fmt::Result {
-        {
-            let (family, unit) = format.family("edgemark_boundary_elapsed", Kind::Seconds);
-            let mut family = enc.encode_descriptor(
-                &family,
-                "Elapsed time from request start to each first event, over closed requests",
-                unit,
-                MetricType::Histogram,
-            )?;
-            for h in self.hists.iter().filter(|h| h.delta.is_none()) {
-                let labels = [("edge", h.edge.to_string()), ("event", h.metric.clone())];
-                let m = family.encode_family(&labels)?;
+/// The histogram families, then the report's counters and gauges, each
+/// family once with the samples of every region read.
+fn encode_reads(
+    reads: &[(Option<String>, Option<Read>)],
+    enc: &mut DescriptorEncoder<'_>,
+    format: Format,
+) -> std::fmt::Result {
+    let read: Vec<(&Option<String>, &Read)> = reads
+        .iter()
+        .filter_map(|(region, read)| read.as_ref().map(|r| (region, r)))
+        .collect();
+    if read.is_empty() {
+        return Ok(());
+    }
+    {
+        let (family, unit) = format.family("edgemark_boundary_elapsed", Kind::Seconds);
+        let mut family = enc.encode_descriptor(
+            &family,
+            "Elapsed time from request start to each first event, over closed requests",
+            unit,
+            MetricType::Histogram,
+        )?;
+        for (region, r) in &read {
+            for h in r.hists.iter().filter(|h| h.delta.is_none()) {
+                let own = [("edge", h.edge.to_string()), ("event", h.metric.clone())];
+                let set = labels(region, &own);
+                let m = family.encode_family(&set)?;
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        {
-            let (family, unit) = format.family("edgemark_delta", Kind::Seconds);
-            let mut family = enc.encode_descriptor(
-                &family,
-                "Time between consecutive first events of one edge segment, over closed requests",
-                unit,
-                MetricType::Histogram,
-            )?;
-            for h in &self.hists {
+    }
+    {
+        let (family, unit) = format.family("edgemark_delta", Kind::Seconds);
+        let mut family = enc.encode_descriptor(
+            &family,
+            "Time between consecutive first events of one edge segment, over closed requests",
+            unit,
+            MetricType::Histogram,
+        )?;
+        for (region, r) in &read {
+            for h in &r.hists {
                 let Some((from, to)) = &h.delta else { continue };
-                let labels = [
+                let own = [
                     ("edge", h.edge.to_string()),
                     ("from_event", from.clone()),
                     ("to_event", to.clone()),
                 ];
-                let m = family.encode_family(&labels)?;
+                let set = labels(region, &own);
+                let m = family.encode_family(&set)?;
                 encode_histogram(m, &h.histogram)?;
             }
         }
-        // The report's counters and gauges, one family per row of the
-        // table that also names them in the JSON and `inspect`.
-        for m in METRICS {
-            let (kind, metric_type) = match m.kind {
-                MetricKind::Counter => (Kind::Counter, MetricType::Counter),
-                MetricKind::Gauge => (Kind::Gauge, MetricType::Gauge),
-            };
-            let (family, unit) = format.family(m.prometheus, kind);
-            let sample = |m: MetricEncoder<'_>, v: u64| match kind {
-                // Counted in one pass over the slots (at most 2^20), the
-                // ring's entries (at most 2^20) or the reader table (8
-                // words): they always fit an i64.
-                Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
-                _ => format.counter_sample(m, v),
-            };
-            let mut family = enc.encode_descriptor(&family, m.help, unit, metric_type)?;
-            match (m.value(&self.counters, &self.occupancy), m.label) {
+    }
+    // The report's counters and gauges, one family per row of the table
+    // that also names them in the JSON and `inspect`.
+    for m in METRICS {
+        let (kind, metric_type) = match m.kind {
+            MetricKind::Counter => (Kind::Counter, MetricType::Counter),
+            MetricKind::Gauge => (Kind::Gauge, MetricType::Gauge),
+        };
+        let (family, unit) = format.family(m.prometheus, kind);
+        let sample = |m: MetricEncoder<'_>, v: u64| match kind {
+            // Counted in one pass over the slots (at most 2^20), the
+            // ring's entries (at most 2^20) or the reader table (8
+            // words): they always fit an i64.
+            Kind::Gauge => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+            _ => format.counter_sample(m, v),
+        };
+        let mut family = enc.encode_descriptor(&family, m.help, unit, metric_type)?;
+        for (region, r) in &read {
+            match (m.value(&r.counters, &r.occupancy), m.label) {
                 (MetricValue::ByLabel(v), Some(label)) => {
                     for (value, n) in v {
-                        sample(family.encode_family(&[(label, value)])?, n)?;
+                        let own = [(label, value.to_string())];
+                        sample(family.encode_family(&labels(region, &own))?, n)?;
                     }
                 }
-                (v, _) => sample(family, v.total())?,
+                (v, _) => sample(family.encode_family(&labels(region, &[]))?, v.total())?,
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 fn encode_histogram(

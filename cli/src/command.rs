@@ -143,10 +143,21 @@ pub(crate) enum Command {
         trust: Trust,
     },
     /// Serve the region's metrics to Prometheus on /metrics, and with
-    /// --otlp send each closed request as OpenTelemetry spans.
+    /// --otlp send each closed request as OpenTelemetry spans; with --dir,
+    /// of every region file in a directory.
     Export {
-        /// The region file.
-        path: PathBuf,
+        /// The region file (or --dir).
+        #[arg(required_unless_present = "dir", conflicts_with = "dir")]
+        path: Option<PathBuf>,
+        /// Follow every region file in DIR instead of one: each is served
+        /// on /metrics under a region label naming its file and, with
+        /// --otlp, exported from when it appears; a removed one is let go
+        /// once its exporter has sent what it holds.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// With --dir, the file names followed (* and ?) [default: *.region].
+        #[arg(long = "match", value_name = "PATTERN", requires = "dir")]
+        pattern: Option<String>,
         /// Address to serve /metrics on [default: 127.0.0.1:9464, unless
         /// --otlp is given without it].
         #[arg(long)]

@@ -98,7 +98,7 @@ fn start_error(path: &Path, e: StartError) -> anyhow::Error {
 }
 
 /// SIGTERM and SIGINT, caught from when they are made.
-struct Signals {
+pub(crate) struct Signals {
     runtime: tokio::runtime::Runtime,
     term: Signal,
     int: Signal,
@@ -106,7 +106,7 @@ struct Signals {
 
 impl Signals {
     /// Catches SIGTERM and SIGINT from now on.
-    fn catch() -> Result<Signals> {
+    pub(crate) fn catch() -> Result<Signals> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()
@@ -125,6 +125,16 @@ impl Signals {
     /// waits while it sends what it holds (at most [`FLUSH_DEADLINE`]),
     /// says so and ends the process with status 0.
     fn stop(self, stopper: Stopper) -> Result<()> {
+        self.then(move || {
+            stopper.stop();
+            stopper.wait();
+        })
+    }
+
+    /// On the first of them, on a thread of its own: runs `stop` (which
+    /// stops the exporters and waits while they send what they hold, at
+    /// most [`FLUSH_DEADLINE`]), says so and ends the process with status 0.
+    pub(crate) fn then(self, stop: impl FnOnce() + Send + 'static) -> Result<()> {
         let Signals {
             runtime,
             mut term,
@@ -143,8 +153,7 @@ impl Signals {
                     "edgemark: {name}: sending what is queued for at most {} s",
                     FLUSH_DEADLINE.as_secs()
                 );
-                stopper.stop();
-                stopper.wait();
+                stop();
                 let _ = out::flush();
                 eprintln!("edgemark: export stopped by {name}");
                 std::process::exit(0)

@@ -15,6 +15,7 @@ mod attach;
 mod command;
 mod demo;
 mod export;
+mod export_dir;
 mod inspect;
 mod notes;
 mod ops;

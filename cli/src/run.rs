@@ -126,6 +126,8 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Export {
             path,
+            dir,
+            pattern,
             listen,
             otlp,
             serve_for,
@@ -135,7 +137,14 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
                 Some(s) => Some(seconds("--serve-for", s)?),
                 None => None,
             };
-            crate::export::export(&path, listen, otlp, serve_for, trust)?;
+            match (path, dir) {
+                (_, Some(dir)) => {
+                    crate::export_dir::export_dir(&dir, pattern, listen, otlp, serve_for, trust)?
+                }
+                (Some(path), None) => crate::export::export(&path, listen, otlp, serve_for, trust)?,
+                // clap requires one of them.
+                (None, None) => anyhow::bail!("export needs a region file or --dir DIR"),
+            }
         }
         Command::Top { path, interval, .. } => {
             crate::views::top::run(attach_for_reading(&path)?, &path, interval)?

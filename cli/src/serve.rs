@@ -20,7 +20,6 @@
 //! before and after its reads ([`prometheus::render_with`]: two `fstat`s); a
 //! file found shrunk under its mapping is attached again once it is whole.
 
-use edgemark_otlp::follow::file_identity as identity;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future as _;
@@ -31,6 +30,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use edgemark::follow::{Followed, Look};
 use edgemark::prometheus::{self, Format, ServerCounter};
 use edgemark::{SweepError, Viewer};
 use http_body_util::Full;
@@ -59,24 +59,15 @@ pub(crate) const MAX_REQUESTS_PER_CONNECTION: u64 = 100;
 /// files; see [`connection_limit`]).
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
 
-/// What the server shows now.
-enum Shown {
-    /// An attached region, and the device and inode of its file.
-    Region(Viewer, Option<(u64, u64)>),
-    /// No region: the file is gone, or what is there cannot be attached.
-    /// The reason, as last printed, and the file's identity if it has one.
-    Nothing(String, Option<(u64, u64)>),
-}
-
-/// The region a server shows. Before each scrape it checks the file at the
-/// region's path: a different file there (another device or inode) is
-/// attached in place of the old one; a file shrunk under the mapping is
-/// attached again once it is whole (a faulted mapping stays faulted); a
-/// missing or invalid file shows as `edgemark_region_ok 0`. Each change is
-/// said once on standard error, and replacements are counted.
+/// The region a server shows, followed ([`Followed`]): before each scrape
+/// the file at the region's path is compared with the one attached; a
+/// different file there (another device or inode) is attached in place of
+/// the old one; a file shrunk under the mapping is attached again once it
+/// is whole (a faulted mapping stays faulted); a missing or invalid file
+/// shows as `edgemark_region_ok 0`. Each change is said once on standard
+/// error, and replacements are counted.
 pub(crate) struct Source {
-    path: PathBuf,
-    shown: Mutex<Shown>,
+    shown: Mutex<Followed<Viewer>>,
     /// Times another file was found at the path and attached.
     replaced: Mutex<u64>,
     reopen: Box<dyn Fn() -> Result<Viewer> + Send + Sync>,
@@ -91,10 +82,8 @@ impl Source {
         path: PathBuf,
         reopen: impl Fn() -> Result<Viewer> + Send + Sync + 'static,
     ) -> Source {
-        let id = identity(&path).ok();
         Source {
-            path,
-            shown: Mutex::new(Shown::Region(rec, id)),
+            shown: Mutex::new(Followed::attached(path, rec)),
             replaced: Mutex::new(0),
             reopen: Box::new(reopen),
             otlp: None,
@@ -110,58 +99,46 @@ impl Source {
     /// The recorder to read now, if any, after checking the file.
     fn current(&self) -> Option<Viewer> {
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        let p = self.path.display();
-        let now = match identity(&self.path) {
-            Ok(id) => id,
-            Err(e) => {
-                let why = format!("{p}: the region file is gone ({e})");
-                if !matches!(&*shown, Shown::Nothing(old, _) if *old == why) {
+        let old = shown
+            .current()
+            .and_then(|rec| rec.info())
+            .map(|i| i.region_id);
+        let look = shown.look(|_| (self.reopen)().map_err(|e| format!("{e:#}")));
+        let p = shown.path().display();
+        match look {
+            Look::Same => {}
+            Look::Attached { replaced } => {
+                let new = shown
+                    .current()
+                    .and_then(|rec| rec.info())
+                    .map(|i| i.region_id)
+                    .unwrap_or_default();
+                *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                match old {
+                    Some(old) if replaced => eprintln!(
+                        "edgemark: {p}: another file replaced region {old}; now serving region {new}"
+                    ),
+                    _ => eprintln!(
+                        "edgemark: {p}: a region is there again; now serving region {new}"
+                    ),
+                }
+            }
+            Look::Failing {
+                why,
+                new: true,
+                gone,
+            } => {
+                if gone {
                     eprintln!(
                         "edgemark: {why}; serving edgemark_region_ok 0 until a region is there again"
                     );
-                }
-                *shown = Shown::Nothing(why, None);
-                return None;
-            }
-        };
-        match &*shown {
-            // The same file: the scrape checks its length ([`Source::render`]).
-            Shown::Region(_, id) if *id == Some(now) => {}
-            _ => {
-                // Another file (or the first one since the path emptied).
-                let old = match &*shown {
-                    Shown::Region(rec, _) => rec.info().map(|i| i.region_id),
-                    Shown::Nothing(..) => None,
-                };
-                match (self.reopen)() {
-                    Ok(rec) => {
-                        let new = rec.info().map(|i| i.region_id).unwrap_or_default();
-                        *self.replaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-                        match old {
-                            Some(old) => eprintln!(
-                                "edgemark: {p}: another file replaced region {old}; now serving region {new}"
-                            ),
-                            None => eprintln!(
-                                "edgemark: {p}: a region is there again; now serving region {new}"
-                            ),
-                        }
-                        *shown = Shown::Region(rec, Some(now));
-                    }
-                    Err(e) => {
-                        let why = format!("{p}: the file there now cannot be served: {e:#}");
-                        let same = matches!(&*shown, Shown::Nothing(old, id) if *old == why && *id == Some(now));
-                        if !same {
-                            eprintln!("edgemark: {why}; serving edgemark_region_ok 0");
-                        }
-                        *shown = Shown::Nothing(why, Some(now));
-                    }
+                } else {
+                    eprintln!("edgemark: {why}; serving edgemark_region_ok 0");
                 }
             }
+            _ => {}
         }
-        match &*shown {
-            Shown::Region(rec, _) => Some(rec.clone()),
-            Shown::Nothing(..) => None,
-        }
+        shown.current().cloned()
     }
 
     /// The region attached again from the same file, in place of one whose
@@ -170,10 +147,8 @@ impl Source {
     fn reattach(&self) -> Option<Viewer> {
         let again = (self.reopen)().ok()?;
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        let Shown::Region(rec, _) = &mut *shown else {
-            return None;
-        };
-        *rec = again.clone();
+        shown.current()?;
+        shown.replace_current(again.clone());
         Some(again)
     }
 
@@ -237,10 +212,22 @@ pub(crate) fn connection_limit() -> usize {
     usize::try_from(room).map_or(MAX_CONNECTIONS, |r| r.min(MAX_CONNECTIONS))
 }
 
+/// What a `/metrics` server shows: the text of one scrape.
+pub(crate) trait Scrape: Send + Sync + 'static {
+    /// The metrics text now, in `format`.
+    fn render(&self, format: Format) -> String;
+}
+
+impl Scrape for Source {
+    fn render(&self, format: Format) -> String {
+        Source::render(self, format)
+    }
+}
+
 /// Serves `/metrics` for `source` on `listener` for `serve_for` (or until
 /// the process is killed).
 pub(crate) fn serve(
-    source: Source,
+    source: impl Scrape,
     listener: std::net::TcpListener,
     serve_for: Option<Duration>,
 ) -> Result<()> {
@@ -285,7 +272,7 @@ impl Conns {
 }
 
 async fn accept_loop(
-    source: Arc<Source>,
+    source: Arc<impl Scrape>,
     listener: std::net::TcpListener,
     serve_for: Option<Duration>,
     limit: usize,
@@ -355,7 +342,7 @@ async fn accept_loop(
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let n = answered.get() + 1;
                 answered.set(n);
-                let mut response = answer(&source, &req);
+                let mut response = answer(&*source, &req);
                 if n >= MAX_REQUESTS_PER_CONNECTION {
                     response
                         .headers_mut()
@@ -518,7 +505,7 @@ impl tokio::io::AsyncWrite for Guarded {
 }
 
 /// The response to one request.
-fn answer<B>(source: &Source, req: &Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(source: &impl Scrape, req: &Request<B>) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/metrics" => match *req.method() {
             Method::GET | Method::HEAD => {

@@ -982,3 +982,309 @@ fn a_collector_whose_certificate_is_not_trusted_gets_nothing_and_the_failure_is_
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// `export --dir`: every region of a directory, as they come and go.
+
+/// `edgemark export --dir DIR --listen 127.0.0.1:0`, with `--otlp URL`
+/// when given, its standard error written to `err`.
+fn start_dir_exporter(
+    dir: &Path,
+    url: Option<&str>,
+    err: &Path,
+    envs: &[(&str, &str)],
+) -> Exporter {
+    let err = std::fs::File::create(err).unwrap();
+    let mut cmd = Command::new(EDGEMARK);
+    cmd.arg("export")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--listen", "127.0.0.1:0"]);
+    if let Some(u) = url {
+        cmd.args(["--otlp", u]);
+    }
+    let mut proc = Proc::spawn(
+        "edgemark export --dir",
+        cmd.envs(envs.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(err)),
+    );
+    let mut out = BufReader::new(proc.child.stdout.take().unwrap());
+    let metrics = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the exporter ended");
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("serving http://")
+            .and_then(|l| l.strip_suffix("/metrics"))
+        {
+            break a.parse().unwrap();
+        }
+    };
+    // Its later lines (exporters started) are read and dropped, so that a
+    // full pipe never holds it.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    Exporter { proc, metrics }
+}
+
+/// The value of `name{region="REGION"...}` in a scrape, if present.
+fn region_sample(body: &str, name: &str, region: &str) -> Option<f64> {
+    let prefix = format!("{name}{{region=\"{region}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str())?.parse().ok())
+}
+
+#[test]
+fn export_dir_serves_each_region_as_it_comes_and_lets_go_of_removed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let regions = dir.path().join("shm");
+    std::fs::create_dir(&regions).unwrap();
+    let a = regions.join("a.region");
+    let rec_a = Recorder::builder()
+        .edge(0, 1)
+        .closed_entries(16)
+        .create(&a)
+        .unwrap();
+    one_request(&rec_a);
+    std::fs::write(regions.join("notes.txt"), b"not followed").unwrap();
+    let err = dir.path().join("export.err");
+    let mut exporter = start_dir_exporter(&regions, None, &err, &[]);
+    let body = exporter.scrape();
+    assert_eq!(
+        region_sample(&body, "edgemark_closed_requests_total", "a.region"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        region_sample(&body, "edgemark_region_ok", "a.region"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(!body.contains("notes.txt"), "{body}");
+
+    // A region that appears later, and a file that is not one.
+    let b = regions.join("b.region");
+    let rec_b = Recorder::builder()
+        .edge(0, 1)
+        .closed_entries(16)
+        .create(&b)
+        .unwrap();
+    one_request(&rec_b);
+    one_request(&rec_b);
+    std::fs::write(regions.join("c.region"), b"not a region").unwrap();
+    let body = wait_for("b.region served", || {
+        let body = exporter.scrape();
+        (region_sample(&body, "edgemark_closed_requests_total", "b.region") == Some(2.0))
+            .then_some(body)
+    });
+    assert_eq!(
+        region_sample(&body, "edgemark_region_ok", "c.region"),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(
+        region_sample(&body, "edgemark_closed_requests_total", "a.region"),
+        Some(1.0),
+        "{body}"
+    );
+    // Each family described once, whatever the number of regions.
+    for family in [
+        "edgemark_open_requests gauge",
+        "edgemark_region_ok gauge",
+        "edgemark_boundary_elapsed_seconds histogram",
+    ] {
+        assert_eq!(
+            body.matches(&format!("# TYPE {family}\n")).count(),
+            1,
+            "{family} in {body}"
+        );
+    }
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists());
+    if let Some(promtool) = promtool {
+        let mut check = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        missing("promtool");
+    }
+
+    // Removed: let go, no longer served.
+    drop(rec_a);
+    std::fs::remove_file(&a).unwrap();
+    wait_for("a.region let go", || {
+        let body = exporter.scrape();
+        (!body.contains("region=\"a.region\"")).then_some(())
+    });
+    // Found again under the same name: served again, from the new file.
+    let rec_a = Recorder::builder()
+        .edge(0, 1)
+        .closed_entries(16)
+        .create(&a)
+        .unwrap();
+    for _ in 0..3 {
+        one_request(&rec_a);
+    }
+    wait_for("the new a.region served", || {
+        let body = exporter.scrape();
+        (region_sample(&body, "edgemark_closed_requests_total", "a.region") == Some(3.0))
+            .then_some(())
+    });
+    exporter.proc.stop();
+    let said = std::fs::read_to_string(&err).unwrap();
+    for line in [
+        "a.region: found; following it",
+        "b.region: found; following it",
+        "a.region: removed; let go",
+        "c.region: the region file is 12 bytes",
+    ] {
+        assert!(said.contains(line), "{line} in {said}");
+    }
+    assert_eq!(
+        said.matches("c.region: the region file is 12 bytes")
+            .count(),
+        1,
+        "said once: {said}"
+    );
+}
+
+#[test]
+fn export_dir_sends_every_region_and_what_a_killed_exporter_left() {
+    let Some(bin) = rotel() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let regions = dir.path().join("shm");
+    std::fs::create_dir(&regions).unwrap();
+    let a = regions.join("a.region");
+    let rec_a = Recorder::builder()
+        .edge(0, 1)
+        .closed_entries(64)
+        .create(&a)
+        .unwrap();
+    let port = free_port("127.0.0.1");
+    let url = format!("http://127.0.0.1:{port}");
+    let envs = [
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
+    ];
+    // A server's own exporter took ten requests while the collector was
+    // down, and was killed before it sent them.
+    let mut first = start_exporter_logging_to(&a, &url, &dir.path().join("first.err"), &envs);
+    let mut traces = Vec::new();
+    for _ in 0..10 {
+        traces.push(one_request(&rec_a).0);
+    }
+    first.wait_metric(
+        "the first exporter taking all ten",
+        "edgemark_otlp_requests_total",
+        |v| v == 10.0,
+    );
+    first.proc.signal(Signal::KILL);
+    first.proc.wait_exit();
+    assert_eq!(region_report(&a)["closed_unacknowledged"], 10);
+
+    let rotel = start_rotel(&bin, dir.path(), port, 0);
+    let err = dir.path().join("dir.err");
+    let mut exporter = start_dir_exporter(&regions, Some(&url), &err, &envs);
+    // A region that appears after the exporter started.
+    let b = regions.join("b.region");
+    let rec_b = Recorder::builder()
+        .edge(0, 1)
+        .closed_entries(64)
+        .create(&b)
+        .unwrap();
+    for _ in 0..3 {
+        traces.push(one_request(&rec_b).0);
+    }
+    traces.push(one_request(&rec_a).0);
+    rotel.wait_log("every trace of both regions in rotel", |log| {
+        traces.iter().all(|t| log.contains(t.as_str()))
+    });
+    wait_for("every request acknowledged in its region", || {
+        (region_report(&a)["closed_acknowledged"] == 11
+            && region_report(&b)["closed_acknowledged"] == 3)
+            .then_some(())
+    });
+    for r in [&a, &b] {
+        let ring = region_report(r);
+        assert_eq!(
+            (&ring["closed_lost"], &ring["closed_unacknowledged"]),
+            (&Value::from(0), &Value::from(0)),
+            "{ring}"
+        );
+    }
+    // Removed: its exporter sends what it holds and is let go.
+    drop(rec_b);
+    std::fs::remove_file(&b).unwrap();
+    wait_for("b.region let go", || {
+        std::fs::read_to_string(&err)
+            .unwrap()
+            .contains("b.region: removed; let go")
+            .then_some(())
+    });
+    exporter.terminate();
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert!(
+        said.contains("10 closed requests that an exporter before this one took and did not send"),
+        "{said}"
+    );
+    assert!(said.contains("export stopped by SIGTERM"), "{said}");
+}
+
+#[test]
+fn export_dir_refuses_what_it_cannot_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"").unwrap();
+    for (args, says) in [
+        (vec!["--dir", file.to_str().unwrap()], "is not a directory"),
+        (
+            vec!["--dir", "/nonexistent-edgemark-dir"],
+            "cannot read /nonexistent-edgemark-dir",
+        ),
+        (
+            vec!["--dir", dir.path().to_str().unwrap(), "--match", "a/b"],
+            "--match takes a file name pattern",
+        ),
+        (
+            vec!["--dir", dir.path().to_str().unwrap(), "--otlp", "not a url"],
+            "not a url",
+        ),
+        (
+            vec![
+                dir.path().join("r.region").to_str().unwrap(),
+                "--dir",
+                dir.path().to_str().unwrap(),
+            ],
+            "cannot be used with",
+        ),
+        (vec!["--match", "*.region"], "--dir"),
+    ] {
+        let out = Command::new(EDGEMARK)
+            .arg("export")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(says), "{args:?}: {says} in {e}");
+    }
+}

@@ -5,14 +5,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use edgemark::ClosedReader;
-
 use crate::config::{Config, ConfigError, Overrides};
 use crate::queue::Queued;
-use crate::region::RegionFile;
+use crate::region::attach_options;
 use crate::shared::{FLUSH_DEADLINE, Shared};
 use crate::stats::Stats;
 use crate::{drain, send};
+use edgemark::follow::RingFollower;
 
 /// Reads one environment variable.
 type Env = Box<dyn Fn(&str) -> Option<String> + Send>;
@@ -135,9 +134,13 @@ impl ExporterBuilder {
         for w in config.warnings() {
             log::warn!("{w}");
         }
-        let file = RegionFile::new(self.region, self.allow_foreign_owner);
-        let rec = file.attach().map_err(StartError::Attach)?;
+        let options = attach_options(self.allow_foreign_owner);
+        let rec = options
+            .clone()
+            .attach(&self.region)
+            .map_err(StartError::Attach)?;
         let reader = rec.closed_reader().map_err(StartError::Reader)?;
+        let follower = RingFollower::with_reader(self.region, options, reader);
         let stats = Arc::new(Stats::default());
         let control = Arc::new(Control::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -156,8 +159,7 @@ impl ExporterBuilder {
                 let _done = Done(&thread_control);
                 runtime.block_on(run(
                     Arc::new(config),
-                    Arc::new(reader),
-                    file,
+                    follower,
                     &thread_stats,
                     deadline,
                     &thread_control,
@@ -276,6 +278,13 @@ impl Exporter {
         Stopper(Arc::clone(&self.control))
     }
 
+    /// Whether the exporter's thread has ended (stopped, or at the end of
+    /// [`ExporterBuilder::run_for`]): [`Exporter::join`] then returns at
+    /// once.
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
     /// Waits until the exporter has stopped (after its run, or a stop,
     /// having sent what it could). False if its thread panicked.
     pub fn join(self) -> bool {
@@ -308,8 +317,7 @@ impl Stopper {
 /// Runs the exporter until its deadline or a stop.
 async fn run(
     config: Arc<Config>,
-    reader: Arc<ClosedReader>,
-    file: RegionFile,
+    follower: RingFollower,
     stats: &Stats,
     deadline: Option<Instant>,
     control: &Control,
@@ -322,7 +330,7 @@ async fn run(
     };
     let work = async {
         tokio::join!(
-            drain::drain_loop(&config, reader, &file, stats, &shared, deadline),
+            drain::drain_loop(&config, follower, stats, &shared, deadline),
             send::send_loop(&config, stats, &shared),
         );
     };

@@ -82,15 +82,14 @@
 //! [`envelope`] (the export request), [`queue`], [`client`] (HTTP), `send`
 //! (batches, retries, acknowledgment), `drain` (the ring), `shared` (what
 //! the drain and the sender share, and how long a stopped exporter goes on
-//! sending), `region` (the region file it attaches), [`follow`] (the
-//! file's identity) and [`stats`] (prometheus-client).
+//! sending), `region` (how it attaches the region file; following the file is the
+//! core's [`edgemark::follow`]) and [`stats`] (prometheus-client).
 
 #![warn(missing_docs)]
 
 pub mod client;
 pub mod config;
 pub mod envelope;
-pub mod follow;
 pub mod mapping;
 pub mod queue;
 pub mod stats;
