@@ -67,7 +67,9 @@ pub enum Look {
     },
     /// Nothing can be attached now: no file at the path, or one that
     /// cannot be used. The reason, given when it changes
-    /// (`new == true`) and on every later look while it lasts.
+    /// (`new == true`) and on every later look while it lasts. What was
+    /// attached is let go, except a removed file's under
+    /// [`Followed::keep_when_gone`].
     Failing {
         /// Why, in one line that names the path.
         why: String,
@@ -92,6 +94,9 @@ pub struct Followed<T> {
     /// Why nothing is attached, as last given, and the file that was
     /// there then (none if the path was empty).
     failing: Option<(String, Option<FileId>)>,
+    /// Whether what is attached is kept while the path names no file (its
+    /// mapping stays readable after the file is removed).
+    keep_when_gone: bool,
 }
 
 impl<T> fmt::Debug for Followed<T> {
@@ -112,7 +117,17 @@ impl<T> Followed<T> {
             path: path.into(),
             current: None,
             failing: None,
+            keep_when_gone: false,
         }
+    }
+
+    /// Keeps what is attached while the path names no file, until another
+    /// file is there: a removed file's mapping stays whole, so a reader of
+    /// its ring can still take what its closes left there. Without it, a
+    /// gone file lets what was attached go.
+    pub fn keep_when_gone(mut self, yes: bool) -> Followed<T> {
+        self.keep_when_gone = yes;
+        self
     }
 
     /// Follows `path`, where `value` was attached from the file there now.
@@ -144,7 +159,9 @@ impl<T> Followed<T> {
         let now = match file_identity(&self.path) {
             Ok(id) => id,
             Err(e) => {
-                self.current = None;
+                if !self.keep_when_gone {
+                    self.current = None;
+                }
                 return self.fail(gone(&self.path, &e), None, true);
             }
         };
@@ -232,7 +249,8 @@ pub struct Step {
 
 /// A registered reader ([`ClosedReader`]) of the ring of the region at a
 /// path, followed: attached again when another file takes the path's
-/// place or a take fails; what dead readers of the region left taken,
+/// place or a take fails; kept while the path names no file (a removed
+/// file's ring still holds what its closes left, and is drained); what dead readers of the region left taken,
 /// adopted every [`ADOPT_EVERY`] (and at once after each attach); a ring
 /// entry claimed and left unwritten for [`PENDING_GIVE_UP`], given up.
 ///
@@ -263,7 +281,7 @@ impl RingFollower {
     /// [`RingFollower::look`] attaches.
     pub fn new(path: impl Into<PathBuf>, options: AttachOptions) -> RingFollower {
         RingFollower {
-            file: Followed::new(path),
+            file: Followed::new(path).keep_when_gone(true),
             options,
             checked: None,
             adopted_at: None,
@@ -278,7 +296,7 @@ impl RingFollower {
         reader: ClosedReader,
     ) -> RingFollower {
         RingFollower {
-            file: Followed::attached(path, Arc::new(reader)),
+            file: Followed::attached(path, Arc::new(reader)).keep_when_gone(true),
             options,
             checked: Some(Instant::now()),
             adopted_at: None,

@@ -176,3 +176,29 @@ fn a_ring_follower_says_a_region_without_a_ring_cannot_be_used() {
     }
     assert!(follower.reader().is_none());
 }
+
+#[test]
+fn a_ring_follower_drains_a_removed_file_until_another_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    let rec = create(&path);
+    let mut follower = RingFollower::new(&path, AttachOptions::new());
+    assert_eq!(follower.look(), Look::Attached { replaced: false });
+    rec.close(rec.begin().unwrap());
+    rec.close(rec.begin().unwrap());
+    std::fs::remove_file(&path).unwrap();
+    match follower.look() {
+        Look::Failing { new, gone, .. } => assert!(new && gone),
+        other => panic!("{other:?}"),
+    }
+    // Its ring is still read: what the closes left there is taken.
+    let mut closed = Vec::new();
+    assert_eq!(follower.take(16, &mut closed).taken, 2);
+    for c in &closed {
+        assert!(follower.reader().unwrap().acknowledge(c.claim()));
+    }
+    assert_eq!(rec.counters().closed_acknowledged, 2);
+    // A new file at the name takes its place.
+    let _new = create(&path);
+    assert_eq!(follower.look(), Look::Attached { replaced: true });
+}

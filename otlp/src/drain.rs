@@ -57,8 +57,19 @@ pub(crate) async fn drain_loop(
                 attached_once = true;
                 naming = follower.reader().map(|r| Naming::of(r.recorder()));
             }
-            Some(Look::Failing { why, new: true, .. }) => {
-                log::warn!("OTLP export: {why}; trying again every second");
+            Some(Look::Failing {
+                why,
+                new: true,
+                gone,
+            }) => {
+                if gone && follower.reader().is_some() {
+                    log::warn!(
+                        "OTLP export: {why}; what its ring still holds is sent, and a region \
+                         there again is attached (looked for every second)"
+                    );
+                } else {
+                    log::warn!("OTLP export: {why}; trying again every second");
+                }
             }
             _ => {}
         }
