@@ -23,10 +23,10 @@ import re
 import shutil
 import stat
 import sys
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from ._channel import lookup_dir
-from ._edgemark import default_dir
+from ._edgemark import Region, default_dir
 
 log = logging.getLogger("edgemark")
 
@@ -93,10 +93,31 @@ def _region_of(lookup: str) -> str:
     return lookup[: -len(".requests")] + ".region"
 
 
-def _remove_if_unused(region: str, report: Callable[[str], None], removed: List[str]) -> bool:
+def _unsent(region: str) -> Optional[Tuple[int, int]]:
+    """The closed requests in ``region``'s ring that no exporter has sent
+    (not taken, or taken and not acknowledged), and the readers registered
+    in its reader table; ``None`` when it cannot be read as a region."""
+    try:
+        report = Region.attach(region).report()
+    except Exception:  # noqa: BLE001 - any file at all: what cannot be read is judged as before
+        return None
+    if report is None:  # a disabled region
+        return None
+    try:
+        return int(report["closed_unread"]) + int(report["closed_unacknowledged"]), int(report["closed_readers"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _remove_if_unused(
+    region: str, report: Callable[[str], None], removed: List[str], force: bool = False
+) -> bool:
     """Removes the region file ``region`` and its lookup when no process
-    holds it; ``True`` if it was judged unused. A symlink at the name is no
-    region: it is removed itself."""
+    holds it; ``True`` if it was judged unused. A region whose ring holds
+    closed requests not yet sent, which an exporter follows, is left for
+    it (said), unless ``force``; removed with closed requests never sent,
+    it says how many. A symlink at the name is no region: it is removed
+    itself."""
     try:
         st = os.lstat(region)
     except OSError:
@@ -110,6 +131,25 @@ def _remove_if_unused(region: str, report: Callable[[str], None], removed: List[
             log.warning("edgemark: %s is not a regular file of this user's, left in place", region)
         return False
     try:
+        unsent = _unsent(region)
+        if unsent is not None and unsent[0] > 0:
+            count, readers = unsent
+            if readers > 0 and not force:
+                # An exporter follows it (or followed it, and the next one
+                # adopts what it left): removed once that is sent.
+                log.warning(
+                    "edgemark: %s left in place: %d closed requests in its ring are not sent yet by the exporter "
+                    "that follows it (removed once they are; --force removes it now, counting them)",
+                    region,
+                    count,
+                )
+                return True
+            log.warning(
+                "edgemark: %s: %d closed requests in its ring were never sent (%s); removed with it",
+                region,
+                count,
+                "removed with --force" if readers > 0 else "no exporter ever read it",
+            )
         # The lookup first, the region last, both under the lock: a server
         # that starts meanwhile waits for the lock, then finds its file
         # gone and makes both afresh.
@@ -126,6 +166,7 @@ def clean(
     directory: Optional[str] = None,
     report: Callable[[str], None] = lambda path: None,
     named: Union[None, str, Sequence[str]] = None,
+    force: bool = False,
 ) -> List[str]:
     """Removes the regions no process holds, and their request lookups,
     and only those this user owns: under ``directory`` (default
@@ -134,7 +175,13 @@ def clean(
     ``EDGEMARK_VLLM_OMNI_REGION`` name). A lookup whose region is gone goes
     too. Calls ``report`` with each path as soon as it is removed; returns
     them all. Never follows a symlink: one with such a name is removed
-    itself."""
+    itself.
+
+    Closed requests are never removed unsaid: a region whose ring holds
+    some that no exporter has sent stays while an exporter follows it
+    (``edgemark export``, which registers as its reader: it, or the next
+    one, sends them), unless ``force``; one that no exporter ever read is
+    removed, and how many it held is said at WARNING."""
     directory = directory or default_dir()
     if named is None:
         named = [p for p in (os.environ.get(v) for v in NAMED_BY) if p]
@@ -145,7 +192,7 @@ def clean(
     for name in names:
         m = _NAME.match(name)
         if m and m.group(1) == "region":
-            _remove_if_unused(os.path.join(directory, name), report, removed)
+            _remove_if_unused(os.path.join(directory, name), report, removed, force)
     for name in names:
         m = _NAME.match(name)
         path = os.path.join(directory, name)
@@ -154,7 +201,7 @@ def clean(
             _remove(path, report, removed)
     for region in named:
         if region not in removed:
-            _remove_if_unused(region, report, removed)
+            _remove_if_unused(region, report, removed, force)
     return removed
 
 
@@ -183,9 +230,14 @@ def main(prog: str, argv: List[str]) -> int:
         + " and ".join("$" + v for v in NAMED_BY)
         + ")",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also remove regions whose closed requests an exporter has not sent yet (their count is said)",
+    )
     args = parser.parse_args(argv)
     try:
-        clean(args.dir, report=lambda path: _say(f"removed {path}"), named=args.region)
+        clean(args.dir, report=lambda path: _say(f"removed {path}"), named=args.region, force=args.force)
     except OSError as e:
         print(f"{prog}: {e.strerror if e.errno != errno.ENOENT else 'no such directory'}: {e.filename}", file=sys.stderr)
         return 1

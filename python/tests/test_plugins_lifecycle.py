@@ -1108,3 +1108,61 @@ def test_group_access_lets_another_uid_of_the_group_read_the_region_and_its_look
         assert reads[False, "in the group"] == denied, "the group only with the variable"
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_clean_leaves_what_an_exporter_has_not_sent_and_counts_what_it_removes(tmp_path):
+    """A stale region whose ring holds closed requests no exporter sent:
+    removed with their count when no exporter ever read it; left in place
+    when one took them (a real ``edgemark export`` whose collector is
+    down, then SIGKILLed: the next exporter adopts them), until
+    ``--force``, which counts them."""
+    from _live import edgemark_bin, wait_for
+
+    cli = edgemark_bin()
+    never = tmp_path / "edgemark-vllm-1-0123456789abcdef.region"
+    region = edgemark.Region.create(str(never), edges=[(0, 1)], slots=8, closed_entries=16)
+    for _ in range(3):
+        region.close(region.begin())
+    held = tmp_path / "edgemark-vllm-2-0123456789abcdef.region"
+    region = edgemark.Region.create(str(held), edges=[(0, 1)], slots=8, closed_entries=16)
+    for _ in range(2):
+        region.close(region.begin())
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    exporter = subprocess.Popen(
+        [cli, "export", str(held), "--otlp", f"http://127.0.0.1:{port}", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(
+            "the exporter holding both requests",
+            lambda: region.report()["closed_unacknowledged"] == 2,
+            30,
+            lambda: str(region.report()),
+        )
+    finally:
+        exporter.kill()
+        exporter.wait()
+
+    def clean(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "edgemark.vllm", "clean", "--dir", str(tmp_path), *extra],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    proc = clean()
+    assert sorted(os.listdir(tmp_path)) == [held.name], proc.stderr
+    assert proc.stdout == f"removed {never}\n"
+    assert f"{never}: 3 closed requests in its ring were never sent (no exporter ever read it)" in proc.stderr
+    assert f"{held} left in place: 2 closed requests in its ring are not sent yet" in proc.stderr
+    proc = clean("--force")
+    assert os.listdir(tmp_path) == [], proc.stderr
+    assert proc.stdout == f"removed {held}\n"
+    assert f"{held}: 2 closed requests in its ring were never sent (removed with --force)" in proc.stderr
