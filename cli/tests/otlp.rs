@@ -994,15 +994,20 @@ fn start_dir_exporter(
     err: &Path,
     envs: &[(&str, &str)],
 ) -> Exporter {
+    let dir = dir.to_str().unwrap();
+    let mut args = vec!["export", "--dir", dir, "--listen", "127.0.0.1:0"];
+    if let Some(u) = url {
+        args.extend(["--otlp", u]);
+    }
+    start_exporter_with(&args, err, envs)
+}
+
+/// `edgemark ARGS` (an `export` that serves `/metrics`), its standard
+/// error written to `err`.
+fn start_exporter_with(args: &[&str], err: &Path, envs: &[(&str, &str)]) -> Exporter {
     let err = std::fs::File::create(err).unwrap();
     let mut cmd = Command::new(EDGEMARK);
-    cmd.arg("export")
-        .arg("--dir")
-        .arg(dir)
-        .args(["--listen", "127.0.0.1:0"]);
-    if let Some(u) = url {
-        cmd.args(["--otlp", u]);
-    }
+    cmd.args(args);
     let mut proc = Proc::spawn(
         "edgemark export --dir",
         cmd.envs(envs.iter().copied())
@@ -1286,5 +1291,95 @@ fn export_dir_refuses_what_it_cannot_follow() {
         assert!(!out.status.success(), "{args:?}");
         let e = String::from_utf8_lossy(&out.stderr);
         assert!(e.contains(says), "{args:?}: {says} in {e}");
+    }
+}
+
+/// The flow-style list after `key: ` on the line of `manifest` that runs
+/// `export` (the manifests write `command` and `args` as JSON arrays,
+/// which YAML reads the same).
+fn manifest_list(manifest: &str, key: &str) -> Vec<String> {
+    let prefix = format!("{key}: ");
+    let lines: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(prefix.as_str()))
+        .filter(|l| l.contains("export"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one edgemark {key} line in\n{manifest}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+#[test]
+fn the_kubernetes_manifests_commands_run() {
+    let Some(bin) = rotel() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
+    for file in ["sidecar.yaml", "node-exporter.yaml"] {
+        let manifest = std::fs::read_to_string(root.join(file)).unwrap();
+        let args = manifest_list(&manifest, "args");
+        assert!(
+            manifest.contains("command: [\"edgemark\"]"),
+            "{file} runs the edgemark command"
+        );
+        assert!(
+            manifest.contains("- name: OTEL_EXPORTER_OTLP_ENDPOINT"),
+            "{file} names the collector the standard way"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let shm = dir.path().join("shm");
+        std::fs::create_dir(&shm).unwrap();
+        // A server's region, made before the exporter starts, and one made
+        // after (a restart's new name).
+        let first = shm.join("edgemark-vllm-omni-1-0123456789abcdef.region");
+        let rec = Recorder::builder()
+            .edge(0, 1)
+            .closed_entries(64)
+            .create(&first)
+            .unwrap();
+        let mut traces = vec![one_request(&rec).0];
+        let port = free_port("127.0.0.1");
+        let url = format!("http://127.0.0.1:{port}");
+        let rotel = start_rotel(&bin, dir.path(), port, 0);
+        // The manifest's arguments, with the test's directory and address
+        // in place of the pod's.
+        let shm_s = shm.to_str().unwrap();
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| match a.as_str() {
+                "/dev/shm" => shm_s,
+                "0.0.0.0:9464" => "127.0.0.1:0",
+                other => other,
+            })
+            .collect();
+        assert_eq!(args[..3], ["export", "--dir", shm_s], "{file}");
+        let mut exporter = start_exporter_with(
+            &args,
+            &dir.path().join("export.err"),
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", url.as_str()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ],
+        );
+        let second = shm.join("edgemark-vllm-omni-2-fedcba9876543210.region");
+        let rec2 = Recorder::builder()
+            .edge(0, 1)
+            .closed_entries(64)
+            .create(&second)
+            .unwrap();
+        traces.push(one_request(&rec2).0);
+        traces.push(one_request(&rec).0);
+        rotel.wait_log(&format!("{file}: every trace in rotel"), |log| {
+            traces.iter().all(|t| log.contains(t.as_str()))
+        });
+        let name = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_owned();
+        let body = wait_for("both regions served", || {
+            let body = exporter.scrape();
+            (region_sample(&body, "edgemark_closed_requests_total", &name(&second)) == Some(1.0))
+                .then_some(body)
+        });
+        assert_eq!(
+            region_sample(&body, "edgemark_closed_requests_total", &name(&first)),
+            Some(2.0),
+            "{body}"
+        );
+        exporter.terminate();
     }
 }
