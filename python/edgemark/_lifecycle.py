@@ -34,7 +34,6 @@ importable from here too.
 from __future__ import annotations
 
 import atexit
-import errno
 import logging
 import os
 import secrets
@@ -591,20 +590,12 @@ class Recording:
         return attached
 
     def _attach_by_path(self) -> Tuple[Region, Tuple[int, int]]:
-        """The region file at ``self.path`` (a regular file this user owns,
-        never through a symlink), attached, and its identity. The file is
-        opened first and kept open while the name is attached: the name
-        naming the same file after the attach means the attach mapped it
-        (its inode cannot be reused while the descriptor is open), so a
-        file put at the name meanwhile is never taken for the one checked.
-        The region keeps the real path (``Region.path``), not a descriptor's."""
+        """The region file at ``self.path``, attached through one descriptor
+        (never a file put at the name between a check and the attach), and
+        its identity."""
         fd, st = open_own_file(self.path)
         try:
-            region = Region.attach(self.path)
-            identity = (st.st_dev, st.st_ino)
-            if file_identity(self.path) != identity:
-                raise FileNotFoundError(errno.ENOENT, "the region file was replaced while it was attached", self.path)
-            return region, identity
+            return Region.attach(f"/proc/self/fd/{fd}"), (st.st_dev, st.st_ino)
         finally:
             os.close(fd)
 

@@ -208,6 +208,14 @@ class Hold:
         replaced)."""
         return self._fd is not None and file_identity(self.path) == self.identity
 
+    def fd_path(self) -> str:
+        """A path to the file held, whatever its name names now (the
+        kernel's link to this process's descriptor, which ``Region.attach``
+        follows)."""
+        if self._fd is None:
+            raise FileNotFoundError(errno.ENOENT, "the region file was let go", self.path)
+        return f"/proc/self/fd/{self._fd}"
+
     def release(self, remove: bool) -> bool:
         """Lets the file go; with ``remove``, first removes it if no other
         process holds it. ``True`` if it was removed. Only in the process
@@ -267,9 +275,8 @@ def create_or_attach(
     ``share_with_group`` named ``path``) makes a region created here
     readable and writable by the owner's group.
 
-    The file is locked first, then mapped by its name, and the name is
-    checked to still name the file held, so the region returned is the file
-    held, whatever happens at the name. A
+    The file is locked first and mapped through the locked descriptor, so
+    the region returned is the file held, whatever happens at the name. A
     file removed before the lock was taken (a peer that exited, a ``clean``
     that judged it stale) is made again or attached anew; a file made here
     and replaced before the lock was taken is attached, not called made
@@ -300,14 +307,7 @@ def create_or_attach(
             if not hold.linked():
                 hold.release(remove=False)
                 continue
-            region = attach(path, wait)
-            # The name named the file held before the attach opened it and
-            # still does after: the file mapped is the file held (its inode
-            # cannot be reused while the hold keeps it open, and a file once
-            # removed cannot be linked at the name again).
-            if not hold.linked():
-                hold.release(remove=False)
-                continue
+            region = attach(hold.fd_path(), wait)
         except BaseException:
             hold.release(remove=False)
             raise
