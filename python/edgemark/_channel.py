@@ -16,13 +16,9 @@ Only a directory this user owns is trusted, at both ends:
 
 - the owner creates it with mode 0700; one that already exists is used only
   if it is a real directory (not a symlink), owned by this user, with no
-  access for anyone else; anything else turns the lookup off, with a
+  access for anyone else; anything else turns the lookup off, with one
   warning (stage processes then record nothing; the API server's own events
   are still recorded);
-- shared with the owner's group (``group=True``: the plugin's
-  ``<PLUGIN>_GROUP_ACCESS=1``), the owner creates it 0750 and its entries
-  0640, and both ends accept the group's read and search bits; never the
-  group's write bit, never any bit for others;
 - a reader opens the directory once (``O_DIRECTORY | O_NOFOLLOW``), checks the
   same, and opens entries relative to that descriptor, so that a directory
   swapped afterwards is never read;
@@ -65,34 +61,21 @@ class UntrustedError(OSError):
     """The lookup directory is not one this user alone can write."""
 
 
-#: The modes of the lookup and its entries: owner-only, or shared with the
-#: owner's group for reading (``group=True``).
-DIR_MODE = {False: 0o700, True: 0o750}
-ENTRY_MODE = {False: 0o600, True: 0o640}
-
-
-def _check_dir(st: os.stat_result, path: str, group: bool = False) -> None:
+def _check_dir(st: os.stat_result, path: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedError(f"{path} is not a directory")
     if st.st_uid != os.geteuid():
         raise UntrustedError(f"{path} belongs to uid {st.st_uid}, not to this user ({os.geteuid()})")
-    # Others never; the group may read and search it when it is shared, and
-    # write it never (it could remove or rename the owner's entries).
-    refused = 0o027 if group else 0o077
-    if st.st_mode & refused:
-        raise UntrustedError(
-            f"{path} has mode {stat.S_IMODE(st.st_mode):o}: others can reach it "
-            f"({DIR_MODE[group]:04o} expected{'' if group else ', or 0750 with group access'})"
-        )
+    if st.st_mode & 0o077:
+        raise UntrustedError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}: others can reach it (0700 expected)")
 
 
-def _open_dir(path: str, group: bool = False) -> int:
+def _open_dir(path: str) -> int:
     """A descriptor of the trusted directory ``path``: never through a
-    symlink, never one another user owns or can write (nor, unless
-    ``group``, one its group can read)."""
+    symlink, never one another user owns or can write."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        _check_dir(os.fstat(fd), path, group)
+        _check_dir(os.fstat(fd), path)
     except BaseException:
         os.close(fd)
         raise
@@ -114,18 +97,16 @@ def parse_entry(data: bytes, request_id: str) -> Optional[Token]:
 
 
 class Reader:
-    """A stage process's side: reads entries, never blocks, never raises.
-    ``group``: a lookup shared with the owner's group is trusted too."""
+    """A stage process's side: reads entries, never blocks, never raises."""
 
-    def __init__(self, path: str, group: bool = False) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.group = group
         self._fd: Optional[int] = None
 
     def _dir(self) -> Optional[int]:
         fd = self._fd
         if fd is None:
-            fd = self._fd = _open_dir(self.path, self.group)
+            fd = self._fd = _open_dir(self.path)
         return fd
 
     def open(self) -> None:
@@ -208,25 +189,16 @@ class Reader:
 
 
 class Writer:
-    """The API server's side: publishes and withdraws entries. ``group``:
-    the directory it makes and the entries it writes are readable by the
-    owner's group (whatever the umask)."""
+    """The API server's side: publishes and withdraws entries."""
 
-    def __init__(self, path: str, group: bool = False) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.group = group
         try:
-            os.mkdir(path, DIR_MODE[group])
+            os.mkdir(path, 0o700)
             self.created = True
         except FileExistsError:
             self.created = False
-        self._fd = _open_dir(path, group)
-        if self.created and group:
-            try:
-                os.fchmod(self._fd, DIR_MODE[group])
-            except BaseException:
-                os.close(self._fd)
-                raise
+        self._fd = _open_dir(path)
         self._pid = os.getpid()
         #: Entry names this writer published and has not withdrawn.
         self._mine: Set[str] = set()
@@ -236,30 +208,19 @@ class Writer:
         name = entry_name(request_id)
         tmp = f".{name}.{os.getpid()}.{threading.get_ident()}"
         data = str(token).encode("ascii") + b"\n" + request_id.encode("utf-8", "surrogatepass")
-        self._write(tmp, name, data)
-        with self._lock:
-            self._mine.add(name)
-
-    def _write(self, tmp: str, name: str, data: bytes) -> None:
-        """``data`` as the file ``name``, whole or not at all: written to the
-        fresh name ``tmp``, then renamed."""
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            ENTRY_MODE[self.group],
+            0o600,
             dir_fd=self._fd,
         )
         try:
-            if self.group:
-                # The umask may have cleared the group's bit.
-                os.fchmod(fd, ENTRY_MODE[self.group])
             os.write(fd, data)
-        except BaseException:
+        finally:
             os.close(fd)
-            os.unlink(tmp, dir_fd=self._fd)
-            raise
-        os.close(fd)
         os.replace(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
+        with self._lock:
+            self._mine.add(name)
 
     def withdraw(self, request_id: str) -> None:
         name = entry_name(request_id)
@@ -273,27 +234,20 @@ class Writer:
             except OSError:
                 pass
 
-    def mark(self, name: str, data: bytes = b"") -> None:
-        """Leaves a marker file ``name`` (a dot name, never an entry's) in
-        the directory, holding ``data`` (in place of any marker there)."""
-        self._write(f"{name}.{os.getpid()}.{threading.get_ident()}", name, data)
+    def mark(self, name: str) -> None:
+        """Leaves an empty marker file ``name`` (a dot name, never an
+        entry's) in the directory."""
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self._fd)
+        os.close(fd)
 
-    def marker(self, name: str) -> Optional[bytes]:
-        """What the marker ``name`` holds, if it is there, a regular file
-        this user owns, of at most 4 KiB; else ``None``."""
+    def marked(self, name: str) -> bool:
+        """Whether the marker ``name`` is there, a regular file this user
+        owns."""
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._fd)
+            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
         except OSError:
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > _MAX_ENTRY:
-                return None
-            return os.read(fd, _MAX_ENTRY)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
 
     def unlinked(self) -> bool:
         """Whether the directory this writer opened was removed (another

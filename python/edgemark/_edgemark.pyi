@@ -302,11 +302,6 @@ class Region:
         many this call closed; requests whose age this process cannot
         judge are left open. ``ValueError`` for a negative or NaN bound,
         ``PermissionError`` on a read-only attach."""
-    def expire_report(self, older_than_s: float) -> Dict[str, int]:
-        """``expire`` that says what it could not judge too: ``{"expired":
-        n, "unjudged": m}``, ``m`` the open requests left open because this
-        process cannot tell their age (begun from another time namespace,
-        or this process does not share the region's clock)."""
     def reclaim_dead_owners(self) -> Dict[str, Any]:
         """Frees the slots of dead processes: ``{"dead_owners", "dead_holders",
         "unjudged", "live_owners_locked"}`` (``unjudged``: why no pid was

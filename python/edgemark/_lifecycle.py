@@ -20,15 +20,8 @@ importable from here too.
   it and whatever happened to the processes that would have closed it.
   The same thread closes requests whose state was dropped (finalizers only
   queue), forgets requests others closed, notices a region file removed or
-  replaced under the server (and makes a new one, never once the process
-  is exiting), makes the request lookup again when it could not be made,
-  and repeats the warnings while the region stays full, while requests
-  stay open that it cannot judge, or while there is no lookup.
-- **Group access.** ``<PREFIX>_GROUP_ACCESS=1`` makes the region and its
-  lookup readable by the owner's group (the region 0660, as ``edgemark
-  create --group-access`` does; the lookup 0750, its entries 0640), each
-  time they are made, so that an exporter under another uid of the group
-  reads them.
+  replaced under the server (and makes a new one), and repeats the warning
+  while the region stays full.
 """
 
 from __future__ import annotations
@@ -48,18 +41,13 @@ from ._region_file import (
     ATTACH_WAIT_S,
     MADE_BY_SERVER,
     MIN_CLOSED_ENTRIES,
-    Backoff,
     Hold,
     Owner,
     attach,
     closed_entries,
     create_or_attach,
-    expire,
     file_identity,
-    open_own_file,
     own_regular_file,
-    share_with_group,
-    transient,
 )
 from ._said import SAY_AGAIN_S, Once, Said, say
 
@@ -80,8 +68,6 @@ MAX_OPEN_S = 600.0
 MIN_MAX_OPEN_S, MAX_MAX_OPEN_S = 1.0, 7 * 86400.0
 RETRY_ATTACH_S = 1.0
 RETRY_ATTACH_MAX_S = 30.0
-#: How long a process that exits waits for a tick under way to finish.
-STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -117,12 +103,6 @@ class Spec:
         return "_" + self.env + "_INSTANCE"
 
     @property
-    def env_group_access(self) -> str:
-        """``1``: the region and its lookup are readable by the owner's
-        group."""
-        return self.env + "_GROUP_ACCESS"
-
-    @property
     def marker(self) -> str:
         """The variable that says the region's name is the plugin's, not
         the user's (inherited with it)."""
@@ -149,18 +129,6 @@ def env_number(var: str, once: Once, lo: float, hi: float, kind: Callable[[str],
 
 def env_int(var: str, once: Once, lo: int, hi: int) -> Optional[int]:
     return env_number(var, once, lo, hi, int)
-
-
-def env_flag(var: str, once: Once) -> bool:
-    """Whether variable ``var`` is ``1``; unset, empty or ``0`` is off, and
-    anything else is off and said once."""
-    v = os.environ.get(var)
-    if not v or v == "0":
-        return False
-    if v == "1":
-        return True
-    once.warn(var, "edgemark: %s=%r is not 1 or 0, taken as 0", var, v)
-    return False
 
 
 def region_path(spec: Spec) -> Tuple[str, bool]:
@@ -214,11 +182,6 @@ class Recording:
         #: Every request is closed within this many seconds of its begin
         #: (plus one ``TICK_S``).
         self.max_open_s: float = MAX_OPEN_S if max_open is None else max_open
-        #: The region and its lookup are shared with the owner's group
-        #: (``<PREFIX>_GROUP_ACCESS=1``): made so, and trusted so.
-        self.group_access = env_flag(spec.env_group_access, self.once)
-        if self.group_access:
-            share_with_group(self.path)
         self.owner: Optional[Owner] = None
         self._region: Optional[Region] = None
         self._identity: Optional[Tuple[int, int]] = None
@@ -232,17 +195,9 @@ class Recording:
         self.checker = _presence.Checker(self.path)
         #: When this process's ``Owner`` started (``present``'s grace).
         self._owner_since = 0.0
-        #: An attach found no region file, and has not been tried since.
-        self._missed = False
-        #: When the region may be made or attached again as the API server,
-        #: after an error that may pass.
-        self._owner_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
-        self._reader = _channel.Reader(_channel.lookup_dir(self.path), self.group_access)
+        self._reader = _channel.Reader(_channel.lookup_dir(self.path))
         self._reader_ok: Optional[bool] = None
-        self._reader_retry = Backoff(RETRY_ATTACH_S, RETRY_ATTACH_MAX_S)
         self.lock = threading.RLock()
-        #: Held by a tick while it runs: an exit waits for it.
-        self._tick_lock = threading.Lock()
         #: Puts every call site back (the instrumentor's): when the region
         #: cannot be made, nothing stays patched.
         self.uninstrument = uninstrument
@@ -284,31 +239,17 @@ class Recording:
 
     def ensure_owner(self, edges: List[Tuple[int, int]], slots: int) -> Optional[Owner]:
         """The region as the API server, created or attached on first use.
-        An error that may pass (the file vanished as it was attached, no
-        descriptor free) is said, and tried again by a later call after a
-        pause that doubles. Any other (a file that is not this user's or no
-        region, no space): says so and puts every call site back, the
-        server serves, unrecorded."""
+        If that fails, says so and puts every call site back: the server
+        serves, unrecorded."""
         owner = self.owner
-        if owner is not None or self.failed or not self._owner_retry.due():
+        if owner is not None or self.failed:
             return owner
         with self.lock:
-            if self.owner is None and not self.failed and self._owner_retry.due():
+            if self.owner is None and not self.failed:
                 self._shape = (list(edges), slots)
                 try:
                     self.owner = self._make_owner()
                 except (OSError, ValueError) as e:
-                    if transient(e, self.path):
-                        pause = self._owner_retry.failed()
-                        self.said.warn(
-                            "owner",
-                            "edgemark: cannot make or attach the region %s now, requests run unrecorded until it "
-                            "can (tried again within %gs): %s",
-                            self.path,
-                            pause,
-                            e,
-                        )
-                        return None
                     self.failed = True
                     self.log.warning(
                         "edgemark: cannot create the region %s, nothing is patched and %s not recorded: %s",
@@ -318,8 +259,6 @@ class Recording:
                     )
                     self.uninstrument()
                     return None
-                self._owner_retry.succeeded()
-                self.said.ended("owner")
                 self._region = self.owner.region
                 self._owner_since = time.monotonic()
                 self.say_pending()
@@ -343,7 +282,6 @@ class Recording:
             self.log,
             self.log_requests(),
             wait,
-            group_access=self.group_access,
         )
 
     def log_requests(self) -> bool:
@@ -362,22 +300,7 @@ class Recording:
         t.start()
 
     def _stop_ticking(self) -> None:
-        # At exit, before the owner's release (registered earlier): no tick
-        # starts from now on, one under way finishes first (for a bounded
-        # time), and the owner is let go here, including one a tick made in
-        # place of a removed region (its own exit handler, registered as the
-        # process was exiting, may never run).
         self._stopping = True
-        got = self._tick_lock.acquire(timeout=STOP_WAIT_S)
-        try:
-            owner = self.owner
-            if owner is not None:
-                owner.release()
-        except Exception as e:  # noqa: BLE001 - an exit handler must not fail the exit
-            self.said.warn("release", "edgemark: the region %s could not be let go at exit: %r", self.path, e)
-        finally:
-            if got:
-                self._tick_lock.release()
 
     def _tick_loop(self) -> None:
         while not self._stopping:
@@ -392,37 +315,18 @@ class Recording:
     def tick(self) -> None:
         """The API server's periodic duties (``Owner.tick``), and a region
         file removed or replaced under it noticed: said, and made again at
-        its path (requests open in the old one close with it). Nothing once
-        the process is exiting."""
-        with self._tick_lock:
-            if not self._stopping:
-                self._tick()
-
-    def _tick(self) -> None:
+        its path (requests open in the old one close with it)."""
         owner = self.owner
-        if owner is not None and owner.released:
+        if self._stopping or (owner is not None and owner.released):
             return
         if owner is None:
             region = self._region
             if self.host_hold is None or region is None:
                 return
-            expired, unjudged = expire(region, self.max_open_s)
+            expired = region.expire(self.max_open_s)
         else:
             expired = owner.tick(self.max_open_s)
             owner.close_due(time.monotonic(), self.decide_close)
-            unjudged = owner.unjudged
-        if unjudged:
-            self.said.warn(
-                "unjudged",
-                "edgemark: %d open request(s) of %s cannot be judged against the bound on open requests (%s): "
-                "begun from another time namespace or boot, or by a process whose start time could not be read, "
-                "they stay open until closed",
-                unjudged,
-                self.path,
-                self.spec.env_max_open,
-            )
-        else:
-            self.said.ended("unjudged")
         if expired:
             self.log.warning(
                 "edgemark: closed %d request(s) of %s open longer than %gs (the bound, %s): the events they lack "
@@ -435,9 +339,7 @@ class Recording:
         if self._reader.unlinked():
             self._reader.close()
             self._reader_ok = None
-        # A hold let go (the process exits: its exit handler released the
-        # owner during this tick) is no file removed under the server.
-        if owner is not None and not owner.hold.linked() and not owner.released:
+        if owner is not None and not owner.hold.linked():
             self.said.warn(
                 "unlinked",
                 "edgemark: the region file %s was removed or replaced under this server; recording into a new one",
@@ -462,19 +364,12 @@ class Recording:
             self._next_remake = now + self._remake_pause
             self.said.warn("remake", "edgemark: cannot make the region %s again, nothing is recorded: %s", self.path, e)
             return
-        with self.lock:
-            exiting = self._stopping or old.released
-            if not exiting:
-                self.owner, self._region = new, new.region
-                self._reader.close()
-                self._reader_ok = None
-        if exiting:
-            # The process began to exit while the new one was made: it goes
-            # at once, with its file, rather than outlive the process.
-            new.release()
-            return
         self._remake_pause = TICK_S
         self.said.ended("remake")
+        with self.lock:
+            self.owner, self._region = new, new.region
+            self._reader.close()
+            self._reader_ok = None
         old.release()
         self.forget_all()
 
@@ -555,75 +450,40 @@ class Recording:
         if now < self._next_attach:
             return None
         try:
-            attached, identity = self._attach_by_path()
+            if not own_regular_file(self.path):
+                raise FileNotFoundError(f"no region file of this user's at {self.path}")
+            before = file_identity(self.path)
+            attached = Region.attach(self.path)
+            if before is None or file_identity(self.path) != before:
+                raise FileNotFoundError(f"the region file {self.path} was replaced while it was attached")
         except (OSError, ValueError) as e:
             self._attach_pause = min(self._attach_pause * 2, RETRY_ATTACH_MAX_S)
             self._next_attach = time.monotonic() + self._attach_pause
-            if isinstance(e, (ValueError, _channel.UntrustedError)):
+            if isinstance(e, ValueError):
                 # A file that is not a region this build can use (or one
-                # whose header is still being written), or not this user's.
+                # whose header is still being written).
                 self.said.warn("attach-bad", "edgemark: %s is not a region this process can record into: %s", self.path, e)
-            elif isinstance(e, FileNotFoundError) and not self._missed:
-                # Said from the next attempt on: a stage on a host of its
-                # own makes the region on its first request.
-                self._missed = True
-                self.once.debug("attach", "edgemark: no region at %s yet: %s", self.path, e)
-            elif isinstance(e, FileNotFoundError):
-                self.said.warn(
-                    "attach",
-                    "edgemark: no region at %s, this process records nothing: the API server makes it as it starts, "
-                    "and every process of the server must be given the same path (%s)",
-                    self.path,
-                    self.spec.env_region,
-                )
             else:
-                self.said.warn(
-                    "attach-error", "edgemark: cannot attach the region %s now, this process records nothing: %s", self.path, e
-                )
+                self.once.debug("attach", "edgemark: no region at %s, this process records nothing yet: %s", self.path, e)
             return None
         self._attach_pause = RETRY_ATTACH_S / 2
-        self._missed = False
-        for what in ("attach", "attach-bad", "attach-error"):
-            self.said.ended(what)
-        self._region, self._identity, self._next_check = attached, identity, now + CHECK_S
+        self.said.ended("attach-bad")
+        self._region, self._identity, self._next_check = attached, before, now + CHECK_S
         self.say_pending()
         return attached
-
-    def _attach_by_path(self) -> Tuple[Region, Tuple[int, int]]:
-        """The region file at ``self.path``, attached through one descriptor
-        (never a file put at the name between a check and the attach), and
-        its identity."""
-        fd, st = open_own_file(self.path)
-        try:
-            return Region.attach(f"/proc/self/fd/{fd}"), (st.st_dev, st.st_ino)
-        finally:
-            os.close(fd)
 
     def read_lookup(self, request_id: str) -> Optional[Token]:
         """The token another process published under ``request_id``, or
         ``None``."""
         if self._reader_ok is None:
-            if not self._reader_retry.due():
-                return None
             try:
                 self._reader.open()
                 self._reader_ok = True
-                self._reader_retry.succeeded()
-                self.said.ended("lookup-open")
             except FileNotFoundError:
                 return None
-            except _channel.UntrustedError as e:
-                # Not this user's alone: never read.
+            except OSError as e:
                 self._reader_ok = False
                 self.once.warn("lookup", "edgemark: the request lookup cannot be trusted, it is not read: %s", e)
-            except OSError as e:
-                # An error that may pass (no descriptor free): tried again
-                # after a pause.
-                self._reader_retry.failed()
-                self.said.warn(
-                    "lookup-open", "edgemark: the request lookup %s cannot be opened now, tried again: %s", self._reader.path, e
-                )
-                return None
         return self._reader.read(request_id) if self._reader_ok else None
 
     def lookup(self, request_id: str) -> Optional[Token]:
@@ -654,7 +514,6 @@ __all__ = [
     "attach",
     "closed_entries",
     "create_or_attach",
-    "env_flag",
     "env_int",
     "env_number",
     "file_identity",

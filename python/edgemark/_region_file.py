@@ -9,17 +9,7 @@ its periodic duties (``Owner``).
   the region file for its life; the kernel drops it when the process dies,
   in any PID namespace. A region nobody holds is stale: ``clean`` removes
   it, and a server that exits removes a region only when nobody else holds
-  it (``Hold``), and only one a server made (``MADE_BY_SERVER``, which
-  names the region it was left for).
-- **The file held is the file mapped.** A region is attached through the
-  descriptor its lock is held on, never by its name again: a file removed
-  and made anew at the name meanwhile is never mapped in place of the one
-  held.
-- **Errors that pass are tried again.** A file that vanished while it was
-  attached, a descriptor table full for a moment, a lookup that could not be
-  made: tried again after a pause that doubles (``Backoff``), said at
-  WARNING while it lasts. A file or directory that is not this user's
-  alone (``_channel.UntrustedError``) is refused for good.
+  it (``Hold``), and only one a server made (``MADE_BY_SERVER``).
 """
 
 from __future__ import annotations
@@ -47,72 +37,8 @@ from ._said import Once, Said
 ATTACH_WAIT_S = 5.0
 #: The fewest closed requests a plugin's region keeps for its exporter.
 MIN_CLOSED_ENTRIES = 1024
-#: The marker a server that made a region leaves in its lookup: it holds the
-#: region's ID (``info()["region_id"]``, random per region), and stands for
-#: that region only.
+#: The marker a server that made a region leaves in its lookup.
 MADE_BY_SERVER = ".made-by-server"
-#: The first pause before a failed step is tried again, and the longest.
-RETRY_S = 1.0
-RETRY_MAX_S = 30.0
-
-#: Region paths whose files are shared with the owner's group, for
-#: reading (the plugin's ``<PLUGIN>_GROUP_ACCESS=1``): a region made at one
-#: of them is made with group access, its lookup 0750.
-_GROUP_SHARED: Set[str] = set()
-
-
-def share_with_group(path: str) -> None:
-    """The region at ``path`` and its lookup are made readable by the
-    owner's group from now on, by every part of this process that makes
-    them."""
-    _GROUP_SHARED.add(path)
-
-
-def shared_with_group(path: str) -> bool:
-    return path in _GROUP_SHARED
-
-
-class Backoff:
-    """When a step that failed may be tried again: at once at first, then
-    after a pause that doubles from ``RETRY_S`` up to ``RETRY_MAX_S``, and
-    at once again after it succeeds."""
-
-    def __init__(self, first: float = RETRY_S, longest: float = RETRY_MAX_S) -> None:
-        self.first = first
-        self.longest = longest
-        self._pause = first / 2
-        self._next = 0.0
-
-    def due(self) -> bool:
-        return time.monotonic() >= self._next
-
-    def failed(self) -> float:
-        """Puts the next try off; the pause, in seconds."""
-        self._pause = min(self._pause * 2, self.longest)
-        self._next = time.monotonic() + self._pause
-        return self._pause
-
-    def succeeded(self) -> None:
-        self._pause = self.first / 2
-        self._next = 0.0
-
-    def now(self) -> None:
-        """The next ``due`` is true, whatever the pause."""
-        self._next = 0.0
-
-
-def transient(e: BaseException, path: str) -> bool:
-    """Whether making or attaching the region at ``path`` may succeed if
-    tried again: the file vanished (removed by a peer's exit or a ``clean``
-    while it was attached; its directory is there), the descriptor tables
-    were full, the lock was held for the whole wait. Never a file or
-    directory that is not this user's alone, never a file that is no
-    region, never a directory that is missing or a file system full."""
-    if isinstance(e, _channel.UntrustedError) or not isinstance(e, OSError):
-        return False
-    if e.errno == errno.ENOENT:
-        return os.path.isdir(os.path.dirname(path) or ".")
-    return e.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.EINTR)
 
 
 def own_regular_file(path: str) -> bool:
@@ -133,12 +59,6 @@ def file_identity(path: str) -> Optional[Tuple[int, int]]:
     return (st.st_dev, st.st_ino)
 
 
-def region_id(region: Region) -> Optional[str]:
-    """The region's ID (random per region, in its header)."""
-    info = region.info()
-    return None if info is None else str(info["region_id"])
-
-
 def attach(path: str, wait: float = ATTACH_WAIT_S) -> Region:
     """Attaches the region at ``path``, waiting up to ``wait`` seconds while
     another process is still writing its header."""
@@ -150,26 +70,6 @@ def attach(path: str, wait: float = ATTACH_WAIT_S) -> Region:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-
-
-def open_own_file(path: str) -> Tuple[int, os.stat_result]:
-    """A read-only descriptor of the region file at ``path`` and its
-    ``fstat``: a regular file this user owns, never through a symlink
-    (``UntrustedError`` otherwise; ``OSError`` when it cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _channel.UntrustedError(f"{path} is a symlink, not a region file") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise _channel.UntrustedError(f"{path} is not a regular file this user owns")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
 
 
 class Hold:
@@ -184,8 +84,11 @@ class Hold:
     def __init__(self, path: str) -> None:
         self.path = path
         self._pid = os.getpid()
-        fd, st = open_own_file(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise _channel.UntrustedError(f"{path} is not a regular file this user owns")
             deadline = time.monotonic() + self.WAIT_S
             while True:
                 try:
@@ -207,14 +110,6 @@ class Hold:
         """Whether ``path`` still names the file held (not removed, not
         replaced)."""
         return self._fd is not None and file_identity(self.path) == self.identity
-
-    def fd_path(self) -> str:
-        """A path to the file held, whatever its name names now (the
-        kernel's link to this process's descriptor, which ``Region.attach``
-        follows)."""
-        if self._fd is None:
-            raise FileNotFoundError(errno.ENOENT, "the region file was let go", self.path)
-        return f"/proc/self/fd/{self._fd}"
 
     def release(self, remove: bool) -> bool:
         """Lets the file go; with ``remove``, first removes it if no other
@@ -242,15 +137,6 @@ class Hold:
         return removed
 
 
-def expire(region: Region, max_open_s: float) -> Tuple[int, int]:
-    """``Region.expire`` of the requests open longer than ``max_open_s``:
-    how many it closed, and how many it could not judge (begun from another
-    time namespace or boot, or by a process whose start time could not be
-    read), which stay open."""
-    report = region.expire_report(max_open_s)
-    return int(report["expired"]), int(report["unjudged"])
-
-
 def closed_entries(slots: int) -> int:
     """The closed requests a plugin's region keeps for its exporter: the
     slot count (the core's default) but never fewer than
@@ -261,57 +147,30 @@ def closed_entries(slots: int) -> int:
 
 
 def create_or_attach(
-    path: str,
-    edges: Iterable[Tuple[int, int]],
-    slots: int,
-    trusted: bool,
-    wait: float = ATTACH_WAIT_S,
-    group_access: Optional[bool] = None,
+    path: str, edges: Iterable[Tuple[int, int]], slots: int, trusted: bool, wait: float = ATTACH_WAIT_S
 ) -> Tuple[Region, Hold, bool]:
     """The region at ``path``, held: created here (``True``), or, when
     ``trusted`` (the user named it, or the plugin named it for this server
     start), a region file this user owns, attached (``False``). A file at
-    an untrusted name is refused. ``group_access`` (default: whether
-    ``share_with_group`` named ``path``) makes a region created here
-    readable and writable by the owner's group.
-
-    The file is locked first and mapped through the locked descriptor, so
-    the region returned is the file held, whatever happens at the name. A
-    file removed before the lock was taken (a peer that exited, a ``clean``
-    that judged it stale) is made again or attached anew; a file made here
-    and replaced before the lock was taken is attached, not called made
-    here."""
-    edges = list(edges)
-    if group_access is None:
-        group_access = shared_with_group(path)
+    an untrusted name is refused. A file removed between its creation and
+    the hold (a ``clean`` that judged it stale) is made again."""
     for _ in range(3):
-        made: Optional[str] = None
         try:
-            made = region_id(
-                Region.create(
-                    path, edges=edges, slots=slots, closed_entries=closed_entries(slots), group_access=group_access
-                )
-            )
+            region = Region.create(path, edges=list(edges), slots=slots, closed_entries=closed_entries(slots))
+            created = True
         except FileExistsError:
             if not trusted:
                 raise _channel.UntrustedError(f"{path} already exists and is not this server's") from None
+            if not own_regular_file(path):
+                raise _channel.UntrustedError(f"{path} is not a regular file this user owns") from None
+            region, created = attach(path, wait), False
         try:
-            # Fails (UntrustedError) for anything but a regular file this
-            # user owns.
             hold = Hold(path)
         except FileNotFoundError:
             continue
-        try:
-            # Removed between the open and the lock (a clean held it
-            # exclusively), or replaced since.
-            if not hold.linked():
-                hold.release(remove=False)
-                continue
-            region = attach(hold.fd_path(), wait)
-        except BaseException:
-            hold.release(remove=False)
-            raise
-        return region, hold, made is not None and region_id(region) == made
+        if hold.linked():
+            return region, hold, created
+        hold.release(remove=False)
     raise FileNotFoundError(errno.ENOENT, "the region file kept disappearing while it was made", path)
 
 
@@ -333,34 +192,34 @@ class Owner:
         log: logging.Logger,
         log_requests: bool = False,
         wait: float = ATTACH_WAIT_S,
-        group_access: Optional[bool] = None,
     ) -> None:
         self.path = path
-        self.once = once
-        #: The region and lookup are shared with the owner's group (made so
-        #: here, and trusted so).
-        self.group_access = shared_with_group(path) if group_access is None else group_access
-        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait, self.group_access)
-        self.log = log
-        self.said = said
+        self.region, self.hold, self.created = create_or_attach(path, edges, slots, trusted, wait)
+        self.writer: Optional[_channel.Writer] = None
+        try:
+            self.writer = _channel.Writer(_channel.lookup_dir(path))
+        except OSError as e:
+            once.warn(
+                "lookup",
+                "edgemark: the request lookup %s cannot be trusted, other processes record nothing: %s",
+                _channel.lookup_dir(path),
+                e,
+            )
         # The last server out removes a region a server made (never one the
         # user made beforehand, `edgemark create`), and its lookup. A server
-        # that made it says so in the lookup (MADE_BY_SERVER, naming the
-        # region), for the one that attached it and may be the last out.
+        # that made it says so in the lookup (MADE_BY_SERVER), for the one
+        # that attached it and may be the last out.
         self._plugin_named = plugin_named
-        #: Open requests the last ``tick`` could not judge against the bound.
-        self.unjudged = 0
-        #: Why there is no writer (``writer`` is ``None``), and whether it
-        #: is for good (a lookup that is not this user's alone).
-        self._writer_error: Optional[OSError] = None
-        self._untrusted = False
-        self._writer_retry = Backoff()
-        #: The lookup's writer; ``None`` while it cannot be made (made again
-        #: by ``tick``, unless it cannot be trusted).
-        self.writer: Optional[_channel.Writer] = self._new_writer()
+        if self.created and self.writer is not None:
+            try:
+                self.writer.mark(MADE_BY_SERVER)
+            except OSError:
+                pass
         self._released = False
         self._lookup_released = False
         atexit.register(self.release)
+        self.log = log
+        self.said = said
         self.tokens: Dict[str, Token] = {}
         self.log_requests = log_requests
         #: Request IDs begun under a caller's trace context.
@@ -386,7 +245,7 @@ class Owner:
         made_by_server = (
             self.created
             or self._plugin_named
-            or (writer is not None and not self._lookup_released and writer.marker(MADE_BY_SERVER) == self._mark())
+            or (writer is not None and not self._lookup_released and writer.marked(MADE_BY_SERVER))
         )
         self.release_lookup()
         if self.hold.release(remove=made_by_server) and writer is not None:
@@ -401,69 +260,6 @@ class Owner:
     @property
     def released(self) -> bool:
         return self._released
-
-    def _mark(self) -> bytes:
-        """What ``MADE_BY_SERVER`` holds for this region: its ID. A marker
-        of another region (made at the path before, by a server killed
-        since) says nothing of this one; nor would its file's inode, which
-        a file made at the path next may be given again."""
-        return str(region_id(self.region)).encode("ascii")
-
-    def _new_writer(self) -> Optional[_channel.Writer]:
-        """A writer of the lookup, made now (with the marker of a region
-        made here); ``None``, said, when it cannot be made."""
-        try:
-            writer = _channel.Writer(_channel.lookup_dir(self.path), self.group_access)
-        except OSError as e:
-            self._writer_error = e
-            self._untrusted = isinstance(e, _channel.UntrustedError)
-            if not self._untrusted:
-                self._writer_retry.failed()
-            self._say_no_writer()
-            return None
-        self._writer_retry.succeeded()
-        self._writer_error = None
-        self.said.ended("lookup")
-        if self.created:
-            try:
-                writer.mark(MADE_BY_SERVER, self._mark())
-            except OSError:
-                pass
-        return writer
-
-    def _say_no_writer(self) -> None:
-        if self._untrusted:
-            self.said.warn(
-                "lookup",
-                "edgemark: the request lookup %s cannot be trusted, other processes record nothing: %s",
-                _channel.lookup_dir(self.path),
-                self._writer_error,
-            )
-        else:
-            self.said.warn(
-                "lookup",
-                "edgemark: the request lookup %s cannot be made, other processes record nothing until it is "
-                "(tried again): %s",
-                _channel.lookup_dir(self.path),
-                self._writer_error,
-            )
-
-    def _lookup_duties(self) -> None:
-        """The lookup's writer made again: after it could not be made (not
-        when the lookup cannot be trusted: said again instead), and after
-        another process removed its directory (a `clean` of an older
-        release), or entries written from now on would be lost."""
-        writer = self.writer
-        if writer is None:
-            if not self._untrusted and self._writer_retry.due():
-                self.writer = self._new_writer()
-            else:
-                self._say_no_writer()
-        elif writer.unlinked() and self._writer_retry.due():
-            new = self._new_writer()
-            if new is not None:
-                self.writer = new
-                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", new.path)
 
     def release_lookup(self) -> None:
         """Removes the lookup entries this process wrote. Never the
@@ -605,8 +401,15 @@ class Owner:
                 while token in self._successor:
                     token = self._successor.pop(token)
             self.close(rid, token)
-        self._lookup_duties()
-        expired, self.unjudged = expire(self.region, max_open_s)
+        if self.writer is not None and self.writer.unlinked():
+            # Removed by another process (a `clean` of an older release):
+            # made again, or entries written from now on would be lost.
+            try:
+                self.writer = _channel.Writer(_channel.lookup_dir(self.path))
+                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed; made again", self.writer.path)
+            except OSError as e:
+                self.said.warn("lookup-gone", "edgemark: the request lookup %s was removed: %s", self.writer.path, e)
+        expired = self.region.expire(max_open_s)
         self.forget_closed()
         return expired
 
@@ -615,19 +418,11 @@ __all__ = [
     "ATTACH_WAIT_S",
     "MADE_BY_SERVER",
     "MIN_CLOSED_ENTRIES",
-    "RETRY_MAX_S",
-    "RETRY_S",
-    "Backoff",
     "Hold",
     "Owner",
     "attach",
     "closed_entries",
     "create_or_attach",
-    "expire",
     "file_identity",
-    "open_own_file",
     "own_regular_file",
-    "share_with_group",
-    "shared_with_group",
-    "transient",
 ]

@@ -7,7 +7,6 @@ event that a close decision made by two parties needs."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,8 +16,6 @@ import pytest
 
 from edgemark import Event as E
 from edgemark import Region
-
-from _namespaces import needs_time_namespace
 
 HOUR = 3600.0
 
@@ -141,37 +138,12 @@ def test_requests_of_a_killed_process_expire(tmp_path):
     assert region.counters()["expired_requests"] == 3
 
 
-@needs_time_namespace
-def test_expire_report_counts_the_requests_it_cannot_judge_and_leaves_them_open(tmp_path):
-    # A process of another time namespace (a container of its own) begins a
-    # request: its origin is on that namespace's clock, so its age cannot be
-    # told here.
-    region = make(tmp_path)
-    mine = region.begin()
-    script = "import sys, edgemark; print(edgemark.Region.attach(sys.argv[1], allow_foreign_clock=True).begin())"
-    theirs = subprocess.run(
-        ["unshare", "--time", "--fork", "--monotonic", "1000", sys.executable, "-c", script, str(region.path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert region.is_open(theirs)
-    assert region.expire_report(HOUR) == {"expired": 0, "unjudged": 1}
-    assert region.expire_report(0) == {"expired": 1, "unjudged": 1}
-    assert not region.is_open(mine) and region.is_open(theirs)
-    assert region.counters()["expired_requests"] == 1
-    region.close(theirs)
-    assert region.expire_report(0) == {"expired": 0, "unjudged": 0}
-
-
 @pytest.mark.parametrize("bad", [-1.0, -1e-9, math.nan, -math.inf])
 def test_a_negative_or_nan_bound_is_a_value_error(tmp_path, bad):
     region = make(tmp_path)
     t = region.begin()
     with pytest.raises(ValueError, match="older_than_s"):
         region.expire(bad)
-    with pytest.raises(ValueError, match="older_than_s"):
-        region.expire_report(bad)
     assert region.is_open(t)
 
 
@@ -191,8 +163,6 @@ def test_a_read_only_attach_may_not_expire_but_sees_the_counter(tmp_path):
     viewer = Region.attach(region.path, read_only=True)
     with pytest.raises(PermissionError):
         viewer.expire(0)
-    with pytest.raises(PermissionError):
-        viewer.expire_report(0)
     assert region.expire(0) == 1
     assert viewer.counters()["expired_requests"] == 1
     assert viewer.info() is not None
@@ -200,7 +170,6 @@ def test_a_read_only_attach_may_not_expire_but_sees_the_counter(tmp_path):
 
 def test_a_disabled_region_expires_nothing():
     assert Region.disabled().expire(0) == 0
-    assert Region.disabled().expire_report(0) == {"expired": 0, "unjudged": 0}
     assert Region.disabled().counters()["expired_requests"] == 0
 
 

@@ -5,16 +5,11 @@ their own PID namespace over one ``/dev/shm`` (containers with
 API servers of one launcher, a peer that outlives the creator of a shared
 region, a region file removed under a running server, requests nobody
 closes, a full region, a finalizer run inside a locked section, a
-connector the plugin cannot follow; races at the region file (a peer that
-exits or a ``clean`` while a server attaches), errors that pass, an exit
-during a tick, requests the bound cannot judge, a missing region, group
-access; and ``clean``.
+connector the plugin cannot follow; and ``clean``.
 
 No vLLM is needed: each process builds the plugin's ``Recording`` as the
-API server's wrappers do. The PID- and time-namespace tests need
-``unshare`` with the right to make namespaces, the group-access test a
-process of another uid (root, as in CI); they are skipped without them,
-except under ``CI=true``, where they fail.
+API server's wrappers do. The PID-namespace tests need ``unshare`` with the
+right to make namespaces (root, as in CI) and are skipped without it.
 """
 
 from __future__ import annotations
@@ -24,10 +19,8 @@ import logging
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from types import SimpleNamespace
@@ -35,10 +28,8 @@ from types import SimpleNamespace
 import pytest
 
 import edgemark
-from edgemark import _channel, _clean, _lifecycle, _region_file
+from edgemark import _channel, _clean, _lifecycle
 from edgemark.vllm import _recording as pd
-
-from _namespaces import needs_time_namespace, needs_unshare
 from edgemark.vllm_omni import _recording as omni
 
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -46,6 +37,23 @@ TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 PATIENCE_S = 60.0
 NOBODY = 65534
 
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30
+        ).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+#: Skipped where PID namespaces cannot be made, never in CI (``CI=true``,
+#: as root): there a missing ``unshare`` fails the tests.
+needs_unshare = pytest.mark.skipif(
+    os.environ.get("CI") != "true" and not _can_unshare(), reason="no PID namespaces here (unshare needs root)"
+)
 
 #: An API server as the P/D plugin's wrappers drive it: makes its region
 #: (named under argv[1] unless EDGEMARK_VLLM_REGION names it), begins a
@@ -69,15 +77,13 @@ class Server:
     """One API server process, optionally PID 1 of a PID namespace of its
     own."""
 
-    def __init__(self, directory, name: str, namespace: bool = False, env=None, umask: int = -1) -> None:
+    def __init__(self, directory, name: str, namespace: bool = False, env=None) -> None:
         cmd = [sys.executable, "-c", SERVER, str(directory), name]
         if namespace:
             cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--", *cmd]
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
         environ.update(env or {})
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environ, text=True, umask=umask
-        )
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environ, text=True)
         line = self.proc.stdout.readline()
         assert line, f"the server said nothing (exit {self.proc.poll()})"
         self.said = json.loads(line)
@@ -529,585 +535,26 @@ def test_a_request_begun_again_under_a_trace_context_is_closed_by_its_states_fin
     assert rec.owner.region.open_requests() == [] and rec.owner.tokens == {}
 
 
-def test_clean_never_removes_a_live_file_that_took_the_name_of_the_one_it_locked(tmp_path, monkeypatch, servers):
+def test_clean_never_removes_a_live_file_that_took_the_name_of_the_one_it_locked(tmp_path, monkeypatch):
     # Between clean's open and its lock, the last server removed its file
-    # and a restarted one made and holds a new one at the name: the lock
-    # clean takes is the removed file's (nobody holds it), and the name
-    # leads to a live one.
+    # and a restarted one made and holds a new one at the name.
     path = str(tmp_path / "pd.region")
-    env = {"EDGEMARK_VLLM_REGION": path}
-    old = servers(tmp_path, "old", env=env)
+    monkeypatch.setenv("EDGEMARK_VLLM_REGION", path)
+    old = pd.Recording()
+    old.start(None)
+    state = {}
     real = _clean.fcntl.flock
-    started = []
 
     def flock(fd, op):
-        # Clean's lock, once: the real one from here on, in this process.
-        monkeypatch.setattr(_clean.fcntl, "flock", real)
-        old.exit()
-        assert not os.path.exists(path), "the last server out removed it"
-        started.append(servers(tmp_path, "new", env=env))
+        if "new" not in state:
+            old.owner.release()
+            state["new"] = pd.Recording()
+            state["new"].start(None)
         return real(fd, op)
 
     monkeypatch.setattr(_clean.fcntl, "flock", flock)
     assert _clean.clean(str(tmp_path), named=path) == []
-    assert started, "clean reached its lock"
-    assert open_count(path) == 1 and os.path.isdir(_channel.lookup_dir(path)), "the new server's, untouched"
-
-
-# -- races at the region file, and errors that pass -------------------------------
-
-
-def _own_region_env(monkeypatch, path) -> None:
-    monkeypatch.setenv("EDGEMARK_VLLM_REGION", str(path))
-    monkeypatch.delenv("_EDGEMARK_VLLM_NAMED", raising=False)
-
-
-def test_a_server_attaching_while_its_peer_exits_records_into_the_file_at_the_name(tmp_path, monkeypatch, servers):
-    # The server that made the region exits (the last one out, it removes
-    # the region) and another starts (and makes a new one) while this one
-    # attaches: what this one begins must be in the file every process
-    # finds at the name.
-    path = str(tmp_path / "pd.region")
-    env = {"EDGEMARK_VLLM_REGION": path}
-    peer = servers(tmp_path, "peer", env=env)
-    _own_region_env(monkeypatch, path)
-    real = _region_file.attach
-    started = []
-
-    def attach(p, wait=_region_file.ATTACH_WAIT_S):
-        region = real(p, wait)
-        if not started:
-            peer.exit()
-            started.append(servers(tmp_path, "next", env=env))
-        return region
-
-    monkeypatch.setattr(_region_file, "attach", attach)
-    api = pd.Recording()
-    owner = api.start(None)
-    assert started and owner is not None
-    token = api.begin("p-mine", {"do_remote_decode": True}, None)
-    assert token is not None
-    assert edgemark.Region.attach(path).is_open(token), "begun in the file at the name"
-    # The peer's (open until the bound closes it), the next server's, this one's.
-    assert open_count(path) == 3, "one region for all three"
-    assert owner.hold.linked()
-
-
-class _Region:
-    """``edgemark.Region`` as ``_region_file`` sees it, with ``before_create``
-    run before each create (the tests' interleavings)."""
-
-    def __init__(self, before_create=lambda path: None, after_create=lambda path: None) -> None:
-        self.before_create = before_create
-        self.after_create = after_create
-        self.attach = edgemark.Region.attach
-
-    def create(self, path, *args, **kwargs):
-        self.before_create(path)
-        try:
-            return edgemark.Region.create(path, *args, **kwargs)
-        finally:
-            self.after_create(path)
-
-
-def test_a_region_file_that_vanishes_as_a_server_attaches_it_is_made_again(tmp_path, monkeypatch, servers, caplog):
-    # The server's create finds the peer's file; the peer exits (the last
-    # one out, it removes it) before this server locks it.
-    path = str(tmp_path / "pd.region")
-    peer = servers(tmp_path, "peer", env={"EDGEMARK_VLLM_REGION": path})
-    _own_region_env(monkeypatch, path)
-
-    def peer_exits(p):
-        if peer.proc.poll() is None:
-            peer.exit()
-
-    monkeypatch.setattr(_region_file, "Region", _Region(after_create=peer_exits))
-    api = pd.Recording()
-    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
-        owner = api.start(None)
-        token = api.begin("p-1", {"do_remote_decode": True}, None)
-    assert owner is not None and not api.failed, "not switched off"
-    assert owner.created, "made again"
-    assert token is not None and edgemark.Region.attach(path).is_open(token)
-    assert not [r for r in caplog.records if "cannot" in r.getMessage()]
-
-
-def test_a_region_file_that_keeps_vanishing_is_tried_again_not_switched_off(tmp_path, monkeypatch, servers, caplog):
-    # Three times over, a peer makes the region just before this server's
-    # create and removes it (its exit) before this server locks it.
-    path = str(tmp_path / "pd.region")
-    env = {"EDGEMARK_VLLM_REGION": path}
-    _own_region_env(monkeypatch, path)
-    peers = []
-
-    def peer_starts(p):
-        if len(peers) < 3:
-            peers.append(servers(tmp_path, f"peer{len(peers)}", env=env))
-
-    def peer_exits(p):
-        if peers and peers[-1].proc.poll() is None:
-            peers[-1].exit()
-
-    monkeypatch.setattr(_region_file, "Region", _Region(peer_starts, peer_exits))
-    api = pd.Recording()
-    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
-        assert api.start(None) is None
-    assert len(peers) == 3 and not os.path.exists(path)
-    assert not api.failed, "tried again later, every call site still patched"
-    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(said) == 1 and "cannot make or attach the region" in said[0] and path in said[0]
-    assert api.begin("p-1", {"do_remote_decode": True}, None) is None, "not before the pause"
-    api._owner_retry.now()  # the pause over
-    token = api.begin("p-1", {"do_remote_decode": True}, None)
-    assert token is not None and api.owner.created and edgemark.Region.attach(path).is_open(token)
-
-
-#: A real ``clean`` of the region named in argv[1] that holds the file's
-#: lock, once taken, until told to go on (stdin), then removes it.
-CLEAN_HOLDING = r"""
-import sys
-from edgemark import _clean
-real = _clean._lock_if_unused
-def lock_and_wait(path):
-    fd = real(path)
-    print("locked" if fd is not None else "in use", flush=True)
-    sys.stdin.readline()
-    return fd
-_clean._lock_if_unused = lock_and_wait
-print(" ".join(_clean.clean(sys.argv[2], named=[sys.argv[1]])), flush=True)
-"""
-
-
-def test_a_region_file_removed_while_a_clean_held_its_lock_is_made_again(tmp_path, monkeypatch):
-    # A stale region (nobody holds it) that a clean locks as this server
-    # opens it: the server's lock waits for the clean's, which removes the
-    # file. Held then is a file no name leads to.
-    path = str(tmp_path / "pd.region")
-    edgemark.Region.create(path, edges=[(0, 1)], slots=4)
-    cleaner = subprocess.Popen(
-        [sys.executable, "-c", CLEAN_HOLDING, path, str(tmp_path / "nothing-else")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    (tmp_path / "nothing-else").mkdir()
-    try:
-        assert cleaner.stdout.readline() == "locked\n"
-        real_sleep = time.sleep
-
-        class Clock:
-            monotonic = staticmethod(time.monotonic)
-
-            @staticmethod
-            def sleep(s):
-                # The hold waits for the clean's lock: the clean goes on,
-                # removes the file and exits.
-                if cleaner.poll() is None:
-                    cleaner.stdin.write("\n")
-                    cleaner.stdin.flush()
-                    assert cleaner.stdout.readline() == f"{path}\n"
-                    cleaner.wait(PATIENCE_S)
-                real_sleep(s)
-
-        monkeypatch.setattr(_region_file, "time", Clock)
-        _own_region_env(monkeypatch, path)
-        api = pd.Recording()
-        owner = api.start(None)
-    finally:
-        if cleaner.poll() is None:
-            cleaner.kill()
-    assert cleaner.returncode == 0
-    token = api.begin("p-1", {"do_remote_decode": True}, None)
-    assert owner.created and owner.hold.linked(), "made again, and held"
-    assert token is not None and edgemark.Region.attach(path).is_open(token)
-
-
-def test_a_region_made_here_and_replaced_before_its_lock_is_attached_not_taken_for_its_own(tmp_path, monkeypatch):
-    # Made by this server, then, before its lock: judged stale by a clean
-    # (nobody held it yet) and removed, and a region made by hand at the
-    # name (`edgemark create`). That one is attached, and stays when the
-    # server exits.
-    path = str(tmp_path / "pd.region")
-    made = []
-
-    def clean_then_create(p):
-        if made:
-            return
-        made.append(p)
-        out = subprocess.run(
-            [sys.executable, "-m", "edgemark.vllm", "clean", "--dir", str(tmp_path), "--region", p],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        assert out == f"removed {p}\n"
-        subprocess.run([sys.executable, "-m", "edgemark", "create", "--edge", "0:1", "--slots", "16", p], check=True)
-
-    monkeypatch.setattr(_region_file, "Region", _Region(after_create=clean_then_create))
-    _own_region_env(monkeypatch, path)
-    api = pd.Recording()
-    owner = api.start(None)
-    assert made and owner is not None
-    assert not owner.created, "attached: not the file it made"
-    token = api.begin("p-1", {"do_remote_decode": True}, None)
-    assert token is not None and edgemark.Region.attach(path).is_open(token)
-    owner.release()
-    assert os.path.exists(path), "made by hand: never removed by a server"
-
-
-def test_a_stale_marker_of_a_killed_server_never_removes_a_region_made_by_hand(tmp_path, servers):
-    # A server SIGKILLed leaves its region and its lookup, with the marker
-    # that says a server made the region. The user removes the region and
-    # makes one at the same path with `edgemark create`.
-    path = str(tmp_path / "pd.region")
-    env = {"EDGEMARK_VLLM_REGION": path}
-    killed = servers(tmp_path, "killed", env=env)
-    killed.kill()
-    assert os.path.exists(os.path.join(_channel.lookup_dir(path), _lifecycle.MADE_BY_SERVER))
-    os.unlink(path)
-    subprocess.run([sys.executable, "-m", "edgemark", "create", "--edge", "0:1", "--slots", "16", path], check=True)
-    s = servers(tmp_path, "next", env=env)
-    assert s.said["token"] is not None
-    s.exit()
-    assert os.path.exists(path), "the marker was another region's"
-
-
-#: An engine core that reads the lookup for request argv[1] while no file
-#: descriptor is free (RLIMIT_NOFILE 0), then, with them back, as requests
-#: keep needing it (for a bounded time); says what the reads found.
-READ_STARVED = r"""
-import json, resource, sys, time
-from edgemark.vllm._recording import Recording
-rec = Recording()
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
-try:
-    starved = rec.read_lookup(sys.argv[1])
-finally:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-deadline = time.monotonic() + 30
-after = None
-while after is None and time.monotonic() < deadline:
-    time.sleep(0.05)
-    after = rec.read_lookup(sys.argv[1])
-print(json.dumps({"starved": starved and str(starved), "after": after and str(after)}))
-"""
-
-
-def test_a_lookup_that_cannot_be_opened_for_a_moment_is_read_again(tmp_path, servers):
-    path = str(tmp_path / "pd.region")
-    env = {"EDGEMARK_VLLM_REGION": path}
-    api = servers(tmp_path, "a", env=env)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
-    out = subprocess.run(
-        [sys.executable, "-c", READ_STARVED, "p-a"], env={**environ, **env}, capture_output=True, text=True, check=True
-    )
-    found = json.loads(out.stdout)
-    assert found["starved"] is None
-    assert found["after"] == api.said["token"], "read once descriptors were free again"
-    assert "cannot be opened now" in out.stderr
-
-
-#: An API server whose request lookup cannot be made while no file
-#: descriptor is free (RLIMIT_NOFILE 0 while the writer is made): it ticks
-#: twice so, then, with them back, until it has a writer (for a bounded
-#: time). Says what it had and said.
-WRITER_STARVED = r"""
-import json, logging, resource, sys, time
-from edgemark import _channel
-from edgemark.vllm._recording import Recording
-said = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        said.append(record.getMessage())
-logging.getLogger("edgemark.vllm").addHandler(Keep())
-real = _channel.Writer.__init__
-starve = [True]
-def writer(self, *args, **kwargs):
-    if not starve[0]:
-        return real(self, *args, **kwargs)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
-    try:
-        real(self, *args, **kwargs)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-_channel.Writer.__init__ = writer
-rec = Recording()
-rec.said.every = 0.0
-owner = rec.start(None)
-none_at_start = owner.writer is None
-for _ in range(2):
-    rec.tick()
-none_while_starved = owner.writer is None
-starve[0] = False
-deadline = time.monotonic() + 30
-while owner.writer is None and time.monotonic() < deadline:
-    time.sleep(0.05)
-    rec.tick()
-token = rec.begin("p-1", {"do_remote_decode": True}, None)
-print(json.dumps({"none": [none_at_start, none_while_starved], "writer": owner.writer is not None,
-                  "token": token and str(token), "said": said}))
-sys.stdin.readline()
-"""
-
-
-def test_a_lookup_that_cannot_be_made_is_said_while_it_lasts_and_made_again(tmp_path):
-    path = str(tmp_path / "pd.region")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER_STARVED],
-        env={**environ, "EDGEMARK_VLLM_REGION": path},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out = json.loads(proc.stdout.readline())
-        assert out["none"] == [True, True] and out["writer"]
-        said = [m for m in out["said"] if "request lookup" in m and "cannot be made" in m]
-        assert len(said) >= 3, "said at the start and at each tick while it lasts"
-        assert out["token"] is not None
-        # Another process finds the token the server published.
-        assert str(_channel.Reader(_channel.lookup_dir(path)).read("p-1")) == out["token"]
-    finally:
-        proc.stdin.write("\n")
-        proc.stdin.close()
-        proc.wait(timeout=PATIENCE_S)
-
-
-#: An API server whose tick is under way when the process exits cleanly: the
-#: tick goes on until the exit's handlers have let the region go (so that
-#: the hold it checks is let go under it), and the process ends only after
-#: the tick (a handler registered first runs last).
-EXIT_DURING_TICK = r"""
-import atexit, threading, time
-ticked = threading.Event()
-atexit.register(lambda: ticked.wait(60))
-from edgemark import _lifecycle
-_lifecycle.STOP_WAIT_S = 0.5
-from edgemark.vllm._recording import Recording
-rec = Recording()
-owner = rec.start(None)
-in_tick = threading.Event()
-real = owner.tick
-def tick(max_open_s):
-    n = real(max_open_s)
-    in_tick.set()
-    deadline = time.monotonic() + 60
-    while not owner.released and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return n
-owner.tick = tick
-def run():
-    try:
-        rec.tick()
-    finally:
-        ticked.set()
-threading.Thread(target=run, daemon=True).start()
-assert in_tick.wait(60)
-"""
-
-
-def test_a_clean_exit_during_a_tick_leaves_no_region_behind(tmp_path):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
-    path = str(tmp_path / "x.region")
-    proc = subprocess.run(
-        [sys.executable, "-c", EXIT_DURING_TICK],
-        env={**environ, "EDGEMARK_VLLM_REGION": path},
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE_S,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert os.listdir(tmp_path) == [], "no region made at exit"
-    assert "removed or replaced" not in proc.stderr
-
-
-#: A stage of another time namespace (a container of its own) that begins a
-#: request in the region at argv[1]: its origin is on its own clock.
-FOREIGN_BEGIN = r"""
-import sys
-import edgemark
-print(edgemark.Region.attach(sys.argv[1], allow_foreign_clock=True).begin())
-"""
-
-
-@needs_time_namespace
-def test_requests_the_bound_cannot_judge_are_counted_and_said_while_they_stay_open(tmp_path, monkeypatch, caplog):
-    path = str(tmp_path / "pd.region")
-    _own_region_env(monkeypatch, path)
-    monkeypatch.setenv("EDGEMARK_VLLM_MAX_OPEN_S", "1")
-    api = pd.Recording()
-    owner = api.start(None)
-    api.said.every = 0.0
-    theirs = subprocess.run(
-        ["unshare", "--time", "--fork", "--monotonic", "1000", sys.executable, "-c", FOREIGN_BEGIN, path],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    mine = api.begin("p-1", {"do_remote_decode": True}, None)
-    deadline = time.monotonic() + PATIENCE_S
-    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
-        while owner.region.is_open(mine) and time.monotonic() < deadline:
-            time.sleep(0.2)
-            api.tick()
-    assert not owner.region.is_open(mine), "its own request expires"
-    assert owner.region.is_open(theirs), "left open: its age cannot be told"
-    said = [r.getMessage() for r in caplog.records if "cannot be judged" in r.getMessage()]
-    assert said and all(m.startswith("edgemark: 1 open request(s) of " + path) for m in said)
-    assert owner.unjudged == 1
-    caplog.clear()
-    owner.region.close(theirs)
-    with caplog.at_level(logging.WARNING, logger="edgemark.vllm"):
-        api.tick()
-    assert owner.unjudged == 0 and not [r for r in caplog.records if "cannot be judged" in r.getMessage()]
-
-
-def test_a_process_with_no_region_says_so_at_warning_while_requests_need_it(tmp_path, monkeypatch, caplog, servers):
-    # A model worker, which records into the region its API server made and
-    # never begins (an engine core with no API server on its host begins its
-    # own: test_vllm_pd_closers).
-    path = str(tmp_path / "pd.region")
-    _own_region_env(monkeypatch, path)
-    worker = pd.Recording()
-    worker.said.every = 0.0
-    with caplog.at_level(logging.DEBUG, logger="edgemark.vllm"):
-        for i in range(4):
-            worker._next_attach = 0.0  # the pause between attempts over
-            assert worker.pd_of_sent(f"p-{i}").token is None
-    said = [r for r in caplog.records if "no region at" in r.getMessage()]
-    warned = [r for r in said if r.levelno == logging.WARNING]
-    assert len(warned) >= 3, "said while it lasts"
-    assert all(path in r.getMessage() and "EDGEMARK_VLLM_REGION" in r.getMessage() for r in warned)
-    assert not os.path.exists(path), "a worker makes no region"
-    # The API server starts: the next attempt attaches, and finds its token.
-    api = servers(tmp_path, "p", env={"EDGEMARK_VLLM_REGION": path})
-    worker._next_attach = 0.0
-    assert str(worker.pd_of_sent("p-p").token) == api.said["token"]
-
-
-def test_a_stage_on_a_host_of_its_own_makes_its_region_without_a_word_of_a_missing_one(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("EDGEMARK_VLLM_OMNI_REGION", str(tmp_path / "stages.region"))
-    stage = omni.Recording()
-    stage.said.every = 0.0
-    with caplog.at_level(logging.WARNING, logger="edgemark.vllm_omni"):
-        stage.record("req-1", 1, 2, omni.ACCEPT, lambda: True, traceparent=lambda: TRACE)
-    assert stage.host_hold is not None and len(stage._region.open_requests()) == 1
-    assert not [r for r in caplog.records if "no region" in r.getMessage()]
-
-
-# -- group access ----------------------------------------------------------------
-
-
-def test_the_lookup_is_trusted_with_its_groups_read_bits_only_under_group_access(tmp_path):
-    # mode: trusted without group access, with it.
-    cases = {0o700: (True, True), 0o750: (False, True), 0o710: (False, True), 0o770: (False, False),
-             0o701: (False, False), 0o755: (False, False)}  # fmt: skip
-    d = tmp_path / "r.requests"
-    d.mkdir()
-    for mode, expected in cases.items():
-        os.chmod(d, mode)
-        for group, trusted in zip((False, True), expected):
-            for side in (lambda: _channel.Reader(str(d), group).open(), lambda: _channel.Writer(str(d), group)):
-                try:
-                    side()
-                    got = True
-                except _channel.UntrustedError:
-                    got = False
-                assert got == trusted, (oct(mode), group)
-
-
-def test_group_access_makes_the_region_and_lookup_group_readable_whatever_the_umask_and_again_when_remade(
-    tmp_path, monkeypatch
-):
-    path = str(tmp_path / "pd.region")
-    _own_region_env(monkeypatch, path)
-    monkeypatch.setenv("EDGEMARK_VLLM_GROUP_ACCESS", "1")
-    old = os.umask(0o077)
-    try:
-        api = pd.Recording()
-        owner = api.start(None)
-        assert api.begin("p-1", {"do_remote_decode": True}, None) is not None
-        lookup = _channel.lookup_dir(path)
-
-        def modes():
-            entry = os.path.join(lookup, _channel.entry_name("p-1"))
-            return [stat.S_IMODE(os.stat(p).st_mode) for p in (path, lookup, entry)]
-
-        assert modes() == [0o660, 0o750, 0o640]
-        # Removed under the server (a clean of an older release, by hand):
-        # made again, shared as before.
-        os.unlink(path)
-        shutil.rmtree(lookup)
-        api.tick()
-        assert api.owner is not owner
-        assert api.begin("p-1", {"do_remote_decode": True}, None) is not None
-        assert modes() == [0o660, 0o750, 0o640]
-        # A stage on a host of its own makes its region shared too.
-        monkeypatch.setenv("EDGEMARK_VLLM_OMNI_REGION", str(tmp_path / "stages.region"))
-        monkeypatch.setenv("EDGEMARK_VLLM_OMNI_GROUP_ACCESS", "1")
-        omni.Recording().record("req-1", 1, 2, omni.ACCEPT, lambda: True, traceparent=lambda: TRACE)
-        assert stat.S_IMODE(os.stat(tmp_path / "stages.region").st_mode) == 0o660
-    finally:
-        os.umask(old)
-
-
-#: What a process of another user reads, as uid argv[3], gid argv[4] and
-#: the supplementary groups that follow: the region at argv[1] (attached
-#: read-only, as an exporter does) and the entry argv[2] of its lookup.
-READ_AS = r"""
-import json, os, sys
-import edgemark
-path, entry = sys.argv[1], sys.argv[2]
-os.setgroups([int(g) for g in sys.argv[5:]])
-os.setgid(int(sys.argv[4]))
-os.setuid(int(sys.argv[3]))
-out = {}
-try:
-    out["open_requests"] = len(edgemark.Region.attach(path, allow_foreign_owner=True, read_only=True).open_requests())
-except OSError as e:
-    out["open_requests"] = e.__class__.__name__
-try:
-    with open(entry, "rb") as f:
-        out["entry"] = f.read().decode().split("\n")[1]
-except OSError as e:
-    out["entry"] = e.__class__.__name__
-print(json.dumps(out))
-"""
-
-
-def test_group_access_lets_another_uid_of_the_group_read_the_region_and_its_lookup_and_nobody_else(servers):
-    if os.geteuid() != 0 and os.environ.get("CI") != "true":
-        pytest.skip("another uid needs root")
-    # Beside the regions of /dev/shm, in a directory anyone may enter
-    # (pytest's own is its owner's only).
-    directory = tempfile.mkdtemp(prefix="edgemark-group-", dir="/dev/shm")
-    try:
-        os.chmod(directory, 0o755)
-        group = os.getegid()
-        reads = {}
-        for shared in (True, False):
-            path = os.path.join(directory, f"{'shared' if shared else 'own'}.region")
-            env = {"EDGEMARK_VLLM_REGION": path, "EDGEMARK_VLLM_GROUP_ACCESS": "1" if shared else "0"}
-            s = servers(directory, "g", env=env, umask=0o077)
-            entry = os.path.join(_channel.lookup_dir(path), _channel.entry_name("p-g"))
-            for who, groups in (("in the group", [group]), ("outside it", [])):
-                out = subprocess.run(
-                    [sys.executable, "-c", READ_AS, path, entry, str(NOBODY), str(NOBODY), *map(str, groups)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
-                reads[shared, who] = json.loads(out)
-            s.exit()
-        assert reads[True, "in the group"] == {"open_requests": 1, "entry": "p-g"}
-        denied = {"open_requests": "PermissionError", "entry": "PermissionError"}
-        assert reads[True, "outside it"] == denied, "others never"
-        assert reads[False, "in the group"] == denied, "the group only with the variable"
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    assert state["new"].owner.hold.linked()
 
 
 def test_clean_leaves_what_an_exporter_has_not_sent_and_counts_what_it_removes(tmp_path):

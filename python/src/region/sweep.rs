@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use edgemark::report::ExpireReport;
 use pyo3::exceptions::{PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -66,34 +65,11 @@ impl PyRegion {
     ///
     /// Requests whose age this process cannot judge (it does not share the
     /// region's clock, or they were begun from another time namespace) are
-    /// left open; ``expire_report`` counts them. ``ValueError`` for a negative or NaN bound (``inf``
+    /// left open. ``ValueError`` for a negative or NaN bound (``inf``
     /// closes nothing); ``PermissionError`` on a region attached
     /// read-only; ``RegionShrunkError`` (or ``RegionNoSpaceError``) when
     /// the sweep finds the file shrunk. The sweep runs without the GIL.
     fn expire(&self, py: Python<'_>, older_than_s: f64) -> PyResult<u32> {
-        Ok(self.expire_open(py, older_than_s)?.expired)
-    }
-
-    /// ``expire`` that says what it could not judge too: ``{"expired": n,
-    /// "unjudged": m}``, ``m`` the open requests left open because this
-    /// process cannot tell their age (all of them when it does not share
-    /// the region's clock, else those begun from another time namespace,
-    /// or by a process whose start time could not be read). Raises as
-    /// ``expire``.
-    fn expire_report<'py>(
-        &self,
-        py: Python<'py>,
-        older_than_s: f64,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let r = self.expire_open(py, older_than_s)?;
-        // The core's encoding of its report.
-        Ok(pythonize::pythonize(py, &r)?.cast_into::<PyDict>()?)
-    }
-}
-
-impl PyRegion {
-    /// The expiry behind `expire` and `expire_report`, its bound checked.
-    fn expire_open(&self, py: Python<'_>, older_than_s: f64) -> PyResult<ExpireReport> {
         if older_than_s.is_nan() || older_than_s < 0.0 {
             return Err(PyValueError::new_err(format!(
                 "older_than_s is a non-negative number of seconds, not {older_than_s}"
@@ -104,9 +80,12 @@ impl PyRegion {
         // request can be.
         let bound = Duration::try_from_secs_f64(older_than_s).unwrap_or(Duration::MAX);
         let rec = &self.rec;
-        py.detach(|| rec.expire_open(bound)).map_err(sweep_error)
+        let r = py.detach(|| rec.expire_open(bound)).map_err(sweep_error)?;
+        Ok(r.expired)
     }
+}
 
+impl PyRegion {
     /// `PermissionError` for a call that writes a region attached
     /// read-only.
     fn writable(&self) -> PyResult<()> {
