@@ -26,16 +26,7 @@ pub(crate) fn export(
     trust: LookTrust,
 ) -> Result<()> {
     let rec = attach_for_reading(path)?;
-    let listen = match (listen, &otlp) {
-        (Some(l), _) => Some(l),
-        (None, None) => Some("127.0.0.1:9464".to_owned()),
-        (None, Some(_)) => None,
-    };
-    let listener = listen
-        .map(|l| {
-            std::net::TcpListener::bind(l.as_str()).with_context(|| format!("cannot listen on {l}"))
-        })
-        .transpose()?;
+    let listener = listener_for(listen, otlp.is_some())?;
     let exporter = match otlp {
         Some(url) => {
             let mut builder =
@@ -77,6 +68,24 @@ pub(crate) fn export(
         anyhow::bail!("the OTLP exporter's thread panicked");
     }
     Ok(())
+}
+
+/// The `/metrics` listener of `export`: on `listen`, or by default on
+/// 127.0.0.1:9464 unless the command exports with `--otlp` (then none).
+pub(crate) fn listener_for(
+    listen: Option<String>,
+    otlp: bool,
+) -> Result<Option<std::net::TcpListener>> {
+    let listen = match (listen, otlp) {
+        (Some(l), _) => Some(l),
+        (None, false) => Some("127.0.0.1:9464".to_owned()),
+        (None, true) => None,
+    };
+    listen
+        .map(|l| {
+            std::net::TcpListener::bind(l.as_str()).with_context(|| format!("cannot listen on {l}"))
+        })
+        .transpose()
 }
 
 /// Why the exporter did not start, in this command's terms: its options,

@@ -324,16 +324,7 @@ pub(crate) fn export_dir(
             .config()
             .map_err(|e| anyhow::anyhow!(e))?;
     }
-    let listen = match (listen, &otlp) {
-        (Some(l), _) => Some(l),
-        (None, None) => Some("127.0.0.1:9464".to_owned()),
-        (None, Some(_)) => None,
-    };
-    let listener = listen
-        .map(|l| {
-            std::net::TcpListener::bind(l.as_str()).with_context(|| format!("cannot listen on {l}"))
-        })
-        .transpose()?;
+    let listener = crate::export::listener_for(listen, otlp.is_some())?;
     let regions = Arc::new(Regions {
         dir: dir.to_owned(),
         pattern,
