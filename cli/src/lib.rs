@@ -94,6 +94,15 @@ where
     run(args)
 }
 
+/// Shows the notes of the libraries the command runs (the OTLP exporter's)
+/// on standard error from now on, as the command does: `edgemark: <note>`.
+/// For a process that runs an exporter without the command (the Python
+/// package's in-process export). A process whose `log` logger is already
+/// set keeps its own.
+pub fn show_notes() {
+    notes::install();
+}
+
 /// The command that starts this command again: what [`run_as`] was given,
 /// or this process's executable.
 pub(crate) fn self_command() -> std::io::Result<std::process::Command> {

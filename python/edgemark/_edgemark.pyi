@@ -22,12 +22,15 @@ OUTCOME_NAMES: Tuple[str, ...]
 #: ``(name, is_success)`` of every outcome, in the core's order.
 _OUTCOMES: Tuple[Tuple[str, bool], ...]
 EVENT_NAMES: Tuple[str, ...]
+#: Seconds a stopped ``Exporter`` goes on sending what it holds.
+FLUSH_DEADLINE_S: float
 __version__: str
 __all__ = [
     "Region",
     "Token",
     "Handle",
     "StreamEdgeRecorder",
+    "Exporter",
     "RegionShrunkError",
     "RegionNoSpaceError",
     "default_dir",
@@ -41,6 +44,7 @@ __all__ = [
     "OUTCOME_NAMES",
     "_OUTCOMES",
     "EVENT_NAMES",
+    "FLUSH_DEADLINE_S",
     "__version__",
 ]
 
@@ -144,6 +148,32 @@ class StreamEdgeRecorder:
     @property
     def recording(self) -> bool: ...
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]: ...
+
+@final
+class Exporter:
+    """The OTLP exporter ``edgemark export --otlp`` runs, on a native thread
+    of this process that never takes the GIL: the closed requests of one
+    region file as spans, at least once, every loss counted."""
+
+    @staticmethod
+    def start(path: _Path, endpoint: Optional[str] = None) -> "Exporter":
+        """Starts exporting the region file at ``path`` with the ``OTEL_*``
+        variables (``endpoint``: the collector's base URL over them);
+        ``ValueError`` for settings that cannot be used, ``OSError`` when the
+        file cannot be attached or read as a registered reader."""
+    @property
+    def url(self) -> str:
+        """The traces URL it posts to."""
+    def running(self) -> bool:
+        """Whether its thread still runs."""
+    def counts(self) -> Dict[str, Any]:
+        """Its counts: ``requests``, ``exported``, ``queued``, ``adopted``,
+        ``left_unsent``, ``failures``, ``tls_failures``, ``dropped_retries``,
+        ``dropped_rejected``, ``torn_or_unwritten``, ``unsampled`` and
+        ``up``."""
+    def stop(self) -> Dict[str, Any]:
+        """Stops it, waits (without the GIL) while it sends what it holds for
+        at most ``FLUSH_DEADLINE_S``, and returns its counts."""
 
 class RegionShrunkError(OSError):
     """A sweep met a region file truncated under this process."""

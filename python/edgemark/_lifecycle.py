@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
-from . import Event, _channel, _presence
+from . import Event, _channel, _export, _presence
 from ._edgemark import Region, Token, default_dir
 from ._region_file import (
     ATTACH_WAIT_S,
@@ -212,6 +212,11 @@ class Recording:
         #: requests, with no API server on the host (vLLM-Omni's stages on
         #: a host of their own).
         self.host_hold: Optional[Hold] = None
+        #: vLLM's ``--otlp-traces-endpoint``, when the plugin knows it.
+        self.vllm_traces_endpoint: Optional[str] = None
+        #: The server's own export of its region (``_export``), when an
+        #: endpoint is configured.
+        self.export: Optional[_export.Export] = None
         #: What ``ensure_owner`` was last asked for (a region made again
         #: after its file was removed has the same shape).
         self._shape: Optional[Tuple[List[Tuple[int, int]], int]] = None
@@ -263,6 +268,7 @@ class Recording:
                 self._owner_since = time.monotonic()
                 self.say_pending()
                 self._start_ticker()
+                self._start_export()
             return self.owner
 
     def _make_owner(self, wait: float = ATTACH_WAIT_S) -> Owner:
@@ -283,6 +289,34 @@ class Recording:
             self.log_requests(),
             wait,
         )
+
+    def _start_export(self) -> None:
+        """The server's own export (``_export``), when it is configured:
+        tried now, then at each tick; stopped at exit before the region is
+        let go (atexit is last in, first out)."""
+        on, why = _export.configured(os.environ, self.vllm_traces_endpoint)
+        if why is not None:
+            self.once.warn("export-config", "edgemark: %s", why)
+        if not on or self.export is not None:
+            return
+        if self.vllm_traces_endpoint and not os.environ.get(_export.TRACES_ENDPOINT):
+            # As vLLM's own tracing does for the processes it starts.
+            os.environ[_export.TRACES_ENDPOINT] = self.vllm_traces_endpoint
+        self.export = _export.Export(self.path, self.log, self.said, self.once)
+        atexit.register(self._stop_export)
+        try:
+            self.export.tick()
+        except Exception as e:  # noqa: BLE001 - the server serves without it
+            self.said.warn("export-tick", "edgemark: the export of %s did not start: %r", self.path, e)
+
+    def _stop_export(self) -> None:
+        export, owner = self.export, self.owner
+        if export is None:
+            return
+        unsent = export.stop(owner.region if owner is not None else None)
+        if owner is not None:
+            # Its last server out does not remove it unsent (said there).
+            owner.unsent = unsent
 
     def log_requests(self) -> bool:
         """Whether the API server logs each closed request (a subclass
@@ -336,6 +370,8 @@ class Recording:
                 self.max_open_s,
                 self.spec.env_max_open,
             )
+        if self.export is not None:
+            self.export.tick()
         if self._reader.unlinked():
             self._reader.close()
             self._reader_ok = None

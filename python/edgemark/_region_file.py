@@ -111,6 +111,19 @@ class Hold:
         replaced)."""
         return self._fd is not None and file_identity(self.path) == self.identity
 
+    def sole(self) -> bool:
+        """Whether no other process holds the file: told by taking the lock
+        exclusively, which this hold then keeps until ``release``. Only
+        just before ``release``: a refused conversion may have dropped the
+        shared lock (``flock`` converts by removing first)."""
+        if self._fd is None or os.getpid() != self._pid:
+            return False
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
     def release(self, remove: bool) -> bool:
         """Lets the file go; with ``remove``, first removes it if no other
         process holds it. ``True`` if it was removed. Only in the process
@@ -217,6 +230,10 @@ class Owner:
                 pass
         self._released = False
         self._lookup_released = False
+        #: The closed requests in its ring no exporter has sent, as the
+        #: server's own export found them at exit (``_export``): the last
+        #: server out then leaves the file for the next exporter.
+        self.unsent = 0
         atexit.register(self.release)
         self.log = log
         self.said = said
@@ -248,7 +265,16 @@ class Owner:
             or (writer is not None and not self._lookup_released and writer.marked(MADE_BY_SERVER))
         )
         self.release_lookup()
-        if self.hold.release(remove=made_by_server) and writer is not None:
+        remove = made_by_server
+        if remove and self.unsent and self.hold.sole():
+            remove = False
+            self.log.warning(
+                "edgemark: %d closed request(s) of %s not sent by any exporter yet: the file stays for the next "
+                "exporter of it (edgemark export --dir); edgemark clean --force removes it and counts them",
+                self.unsent,
+                self.path,
+            )
+        if self.hold.release(remove=remove) and writer is not None:
             # Nobody holds the region any more: its lookup goes with it.
             lookup = _channel.lookup_dir(self.path)
             for remove, target in ((os.unlink, os.path.join(lookup, MADE_BY_SERVER)), (os.rmdir, lookup)):

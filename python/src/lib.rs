@@ -10,6 +10,9 @@
 //! `edgemark.stream_edge` is the drop-in for the upstream stream-edge
 //! module.
 //!
+//! `Exporter` (`export`) is the OTLP exporter the command runs, on a native
+//! thread of the process, for a server that exports its region itself.
+//!
 //! `_cli_main` runs the `edgemark` command (the `edgemark-cli` crate's
 //! library) for the package's console script and `python -m edgemark`.
 //!
@@ -26,6 +29,7 @@
 mod args;
 mod errors;
 mod events;
+mod export;
 mod handle;
 mod outcome;
 mod region;
@@ -149,6 +153,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyToken>()?;
     m.add_class::<PyHandle>()?;
     m.add_class::<PyStreamEdgeRecorder>()?;
+    m.add_class::<export::PyExporter>()?;
+    m.add("FLUSH_DEADLINE_S", export::flush_deadline_s())?;
     m.add(
         "RegionShrunkError",
         py.get_type::<errors::RegionShrunkError>(),

@@ -229,6 +229,8 @@ class Recording(_lifecycle.Recording):
             return None
         if vllm_config is not None:
             self.lease_s = lease_of(vllm_config)
+            endpoint = getattr(getattr(vllm_config, "observability_config", None), "otlp_traces_endpoint", None)
+            self.vllm_traces_endpoint = endpoint if isinstance(endpoint, str) else None
         owner = self.ensure_owner(EDGES, slots_for(vllm_config, self.once))
         if owner is not None:
             # The instance's engine cores on this host leave beginning to it.
