@@ -342,6 +342,10 @@ class Region:
         then the gauges of the report's table of counters and gauges
         (docs/cli.md, "The report's counters and gauges"); ``None`` when
         disabled."""
+    def prometheus_text(self, openmetrics: bool = False) -> str:
+        """The region's metrics as Prometheus text, as ``edgemark export
+        --listen`` serves them: the classic text format, or OpenMetrics 1.0
+        when ``openmetrics``."""
     def counters(self) -> Dict[str, Any]:
         """One key per counter of the report's table of counters and gauges
         (docs/cli.md, "The report's counters and gauges", which says what

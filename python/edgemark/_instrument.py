@@ -396,7 +396,8 @@ class Instrumentor(Generic[R]):
                     continue
                 try:
                     resolved.append((t, *resolve(t)))
-                except MissingError:
+                except (MissingError, ImportError):
+                    # An optional call site may be missing, its module too.
                     if not t.optional:
                         raise
         except (LookupError, ImportError, ValueError, TypeError) as e:

@@ -134,3 +134,57 @@ def metric(url: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"{name} in\n{got[1]}")
+
+
+def server_metrics(url: str) -> str:
+    """The classic text a server's ``/metrics`` at ``url`` answers (no
+    ``Accept`` header: what ``promtool check metrics`` reads)."""
+    got = http_get(url)
+    assert got and got[0] == 200, f"{url}: {got}"
+    return got[1]
+
+
+def edgemark_part(text: str) -> str:
+    """The lines of the edgemark families in a scrape (``edgemark_*`` samples
+    and their HELP and TYPE lines), in order."""
+    keep = []
+    for line in text.splitlines():
+        name = line.split()[2] if line.startswith(("# HELP ", "# TYPE ")) and len(line.split()) > 2 else line
+        if name.startswith("edgemark_"):
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def promtool_check(text: str) -> None:
+    """``promtool check metrics`` (Debian's prometheus package) passes on
+    ``text``; skipped where promtool is missing unless a real run is
+    required (``missing``)."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("promtool")
+    if tool is None:
+        missing("promtool is not installed (Debian's prometheus package)")
+    out = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"promtool check metrics:\n{out.stdout}{out.stderr}\n{text[:3000]}"
+
+
+def one_set_of_families(text: str) -> dict:
+    """The edgemark families of a scrape by name, each with its TYPE line
+    counted: exactly one each (no family repeated), else an assertion."""
+    types: dict = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE edgemark_"):
+            name = line.split()[2]
+            types[name] = types.get(name, 0) + 1
+    assert types, f"no edgemark family in\n{text[:3000]}"
+    assert all(n == 1 for n in types.values()), {k: n for k, n in types.items() if n != 1}
+    return types
+
+
+def sample(text: str, name: str) -> float:
+    """The value of the unlabelled sample ``name`` in ``text``."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no sample {name} in\n{text[:3000]}")

@@ -23,6 +23,8 @@ call site                             what the wrapper does
                                       its close is queued (``Recording.finished``)
 ``OutputProcessor.abort_requests``    the requests it aborted (their internal IDs,
                                       what it returns) close
+``get_prometheus_registry``           the registry of the server's ``/metrics`` gets
+(``serve.instrumentator.metrics``)    the region's families (``edgemark._metrics``)
 ====================================  ==============================================
 
 A request fanned out with ``n > 1`` reaches the engine without
@@ -36,6 +38,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from .._edgemark import Token
 from .._instrument import Target
+from .._metrics import REGISTRY_MODULE, wrap_registry
 from .._lifecycle import traceparent_in
 from ._recording import Recording, kv_params
 
@@ -151,4 +154,6 @@ TARGETS = (
            part="finish"),
     Target(_OUTPUT_PROCESSOR, "OutputProcessor", "abort_requests", ("self", "request_ids", "internal"),
            wrap_abort_requests, part="finish"),
+    # The region's families on the server's own /metrics (`_metrics`).
+    Target(REGISTRY_MODULE, None, "get_prometheus_registry", (), wrap_registry, optional=True),
 )  # fmt: skip

@@ -23,6 +23,8 @@ _build_add_request_message``           ``traceparent`` in ``trace_headers``; a
 ``OmniBase._process_single_result``    puts the snapshot into the response's metrics
 ``OmniBase._log_summary_and_cleanup``, closes the request; the final snapshot is left on
 ``Omni.abort``                         the request state as ``stream_edge_metrics``
+``get_prometheus_registry``            the registry of the server's ``/metrics`` gets the
+(vLLM's ``serve.instrumentator``)      region's families (``edgemark._metrics``)
 =====================================  =====================================================
 """
 
@@ -33,6 +35,7 @@ import weakref
 from typing import Any, Callable, Dict, Optional
 
 from .._instrument import Target
+from .._metrics import REGISTRY_MODULE, wrap_registry
 from ._payload import output_has_content, stage, traceparent_in, traceparent_of
 from ._recording import EMIT, OUTPUT, SEND, STAGES, Recording, edges, slots_for
 
@@ -241,4 +244,6 @@ TARGETS = (
     Target("vllm_omni.entrypoints.omni_base", "OmniBase", "_log_summary_and_cleanup",
            ("self", "request_id", "reason"), wrap_cleanup),
     Target("vllm_omni.entrypoints.omni", "Omni", "abort", ("self", "request_id"), wrap_abort),
+    # The region's families on the server's own /metrics (`_metrics`).
+    Target(REGISTRY_MODULE, None, "get_prometheus_registry", (), wrap_registry, optional=True),
 )  # fmt: skip

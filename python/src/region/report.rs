@@ -40,6 +40,22 @@ impl PyRegion {
         report.map(|r| to_dict(py, &r)).transpose()
     }
 
+    /// The region's metrics now as Prometheus text, as ``edgemark export
+    /// --listen`` serves them (the same families, names and labels): the
+    /// classic text format 0.0.4, or OpenMetrics 1.0 (with its ``# EOF``)
+    /// when ``openmetrics``. Read without the GIL. A region that cannot be
+    /// read says so in the text (``edgemark_region_ok 0``), never raises.
+    #[pyo3(signature = (openmetrics=false))]
+    fn prometheus_text(&self, py: Python<'_>, openmetrics: bool) -> String {
+        let view = self.view();
+        let format = if openmetrics {
+            edgemark::prometheus::Format::OpenMetrics
+        } else {
+            edgemark::prometheus::Format::Text
+        };
+        py.detach(|| edgemark::prometheus::render(view, format))
+    }
+
     /// The region's counters, one key per counter of the core's table of
     /// the report's counters and gauges (``edgemark::report::METRICS``,
     /// listed with what each counts in docs/cli.md, "The report's counters
