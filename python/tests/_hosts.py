@@ -52,10 +52,13 @@ class Proc:
         self.pid = self.p.pid
         self.lines: "queue.Queue[str | None]" = queue.Queue()
         self.tail: list = []
+        #: Every line of its standard output so far.
+        self.said: list = []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in self.p.stdout:
+            self.said.append(line)
             self.lines.put(line)
         self.lines.put(None)
 
@@ -84,6 +87,10 @@ class Proc:
     def ask(self, **cmd) -> dict:
         self.send(**cmd)
         return self.reply()
+
+    def output(self) -> str:
+        """Its standard output so far, whole."""
+        return "".join(self.said)
 
     def log(self) -> str:
         try:

@@ -270,3 +270,46 @@ def test_what_the_variables_ask_for(env, vllm, on, said):
         assert why is None
     else:
         assert why is not None and said in why
+
+
+def test_a_collector_down_at_start_and_up_later_gets_every_request(tmp_path, procs, phoenix):
+    port = free_port()  # nothing listens there yet
+    url = f"http://127.0.0.1:{port}"
+    region = str(tmp_path / "later.region")
+    s = start_server(procs, tmp_path, "server", server_env(region, url))
+    wait_for("the server elected", lambda: elected([s]), PATIENCE_S)
+    traces = close_requests(region, 6)
+    wait_for("the collector's absence said", lambda: "cannot connect" in s.log(), PATIENCE_S, s.log)
+    phoenix(port)
+    wait_for("every request in Phoenix once it is up", lambda: in_phoenix(url, traces), PATIENCE_S, s.log)
+    counters = edgemark.Region.attach(region).counters()
+    assert counters["closed_acknowledged"] == 6 and counters["closed_lost"] == 0, counters
+
+
+def test_what_a_sigkilled_server_took_and_did_not_send_reaches_the_host_s_exporter(tmp_path, procs, phoenix):
+    port = free_port()  # down while the server runs
+    url = f"http://127.0.0.1:{port}"
+    region = str(tmp_path / "killed.region")
+    s = start_server(procs, tmp_path, "server", server_env(region, url))
+    wait_for("the server elected", lambda: elected([s]), PATIENCE_S)
+    traces = close_requests(region, 5)
+    wait_for(
+        "every request taken by the server's exporter",
+        lambda: edgemark.Region.attach(region).report()["closed_unacknowledged"] == 5,
+        PATIENCE_S,
+    )
+    s.stop()  # SIGKILL: no flush, no word
+    assert os.path.exists(region)
+    phoenix(port)
+    # The host's exporter of the directory: it adopts what the dead one took.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+    exporter = Proc(
+        [sys.executable, "-m", "edgemark", "export", "--dir", str(tmp_path), "--otlp", url],
+        env,
+        str(tmp_path / "export-dir.log"),
+    )
+    procs.append(exporter)
+    wait_for("what the killed server took, in Phoenix", lambda: in_phoenix(url, traces), PATIENCE_S, exporter.log)
+    counters = edgemark.Region.attach(region).counters()
+    assert counters["closed_acknowledged"] == 5 and counters["closed_lost"] == 0, counters

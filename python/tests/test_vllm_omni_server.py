@@ -6,12 +6,13 @@ The server runs the Qwen3-TTS pipeline (talker -> code2wav, stage 0 -> 1,
 random-weight model (``real_server/tiny_tts.py``) and the test CPU platform
 (``real_server/cpu_platform``, installed in the environment). The user's
 steps: ``EDGEMARK_VLLM_OMNI=1`` (and ``EDGEMARK_VLLM_OMNI_LOG_REQUESTS=1``
-for the per-request log line), start the server, read the region's path
-from the plugin's log line, start ``edgemark export REGION --otlp`` toward
-a trace store (Arize Phoenix), send requests. Then, per request: the four
-events on ``0->1:0`` in the orders causality fixes, the request closed, one
-trace with the events in Phoenix; and after SIGTERM the region and its
-lookup gone, every server process ended.
+for the per-request log line) with their trace store (Arize Phoenix) named
+the standard way (``OTEL_EXPORTER_OTLP_ENDPOINT``), start the server, send
+requests: the server sends its region's spans itself, nothing runs beside
+it. Then, per request: the four events on ``0->1:0`` in the orders
+causality fixes, the request closed, one trace with the events in Phoenix;
+and after SIGTERM the exporter's flush said, the region and its lookup
+gone, every server process ended.
 
 Requests: WAV responses one at a time, streamed responses, two at once,
 and a streamed one whose client disconnects after its first audio. The
@@ -21,8 +22,7 @@ which names global files by request ID, needs); each request is known by the
 close line that appears after it (the two at once, by the two).
 
 Needs vllm-omni with the CPU platform installed, Arize Phoenix in the
-environment ``EDGEMARK_OTEL_VENV`` names, and the ``edgemark`` command
-(``EDGEMARK_CLI``). ``EDGEMARK_TTS_MODEL`` names where the tiny model is
+environment ``EDGEMARK_OTEL_VENV`` names. ``EDGEMARK_TTS_MODEL`` names where the tiny model is
 kept between runs (default: a temporary directory). Where one is missing
 the module is skipped, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1`` or
 ``EDGEMARK_REQUIRE_OTEL=1`` (CI sets both), which makes it fail. Every
@@ -51,9 +51,7 @@ import _live
 from _live import (
     EDGE,
     EVENTS,
-    edgemark_bin,
     http_get,
-    metric,
     missing,
     need_vllm_omni,
     phoenix_bin,
@@ -70,7 +68,12 @@ need_vllm_omni()
 if importlib.util.find_spec("edgemark_test_omni_cpu") is None:
     missing("the test CPU platform is not installed (real_server/server.py's install_cpu_platform)")
 PHOENIX = phoenix_bin()
-EDGEMARK = edgemark_bin()
+#: The server's exporter, elected among its processes: (pid, region, URL).
+_ELECTED = re.compile(r"edgemark: this process \(pid (\d+)\) sends the closed requests of (\S+) as spans to (\S+)")
+#: What it said when SIGTERM stopped it.
+_STOPPED = re.compile(
+    r"edgemark: the exporter of (\S+) stopped: (\d+) closed request\(s\) taken, (\d+) span\(s\) sent, (\d+) request"
+)
 
 sys.path.insert(0, SUPPORT)
 import server as omni  # noqa: E402  (test support, beside this file)
@@ -160,9 +163,16 @@ def run():
         procs.append(phoenix)
         phoenix_url = f"http://127.0.0.1:{phoenix_port}"
 
-        # As a user switches the plugin on: two variables, nothing else.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
-        env.update(EDGEMARK_VLLM_OMNI="1", EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1")
+        # As a user switches the plugin on, and names their trace store as
+        # for any OpenTelemetry instrumentation; nothing else.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_", "OTEL_"))}
+        env.update(
+            EDGEMARK_VLLM_OMNI="1",
+            EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1",
+            OTEL_EXPORTER_OTLP_ENDPOINT=phoenix_url,
+            OTEL_SERVICE_NAME="edgemark-serve-test",
+            OTEL_BSP_SCHEDULE_DELAY="100",
+        )
         server = omni.OmniServer(
             python=sys.executable,
             model_dir=model_dir,
@@ -185,18 +195,12 @@ def run():
         assert len(regions) == 1, f"the plugin's lines name {regions}\n{log()[-5000:]}"
         region = out["region"] = regions.pop()
         wait_for("Phoenix to answer /healthz", lambda: (http_get(phoenix_url + "/healthz") or (0,))[0] == 200)
-        exporter = Proc(
-            "export",
-            [EDGEMARK, "export", region, "--otlp", phoenix_url, "--listen", "127.0.0.1:0"],
-            work,
-            {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "edgemark-serve-test"},
-        )
-        procs.append(exporter)
-        metrics_url = wait_for(
-            "the exporter's /metrics address",
-            lambda: next((w for w in exporter.output().split() if w.startswith("http://") and w.endswith("/metrics")), None),
+        # Exactly one process of the server exports the region.
+        out["elected"] = wait_for(
+            "the server's exporter started",
+            lambda: _ELECTED.findall(log()),
             120,
-            exporter.output,
+            lambda: log()[-5000:],
         )
 
         # The speech endpoint names each request itself (`speech-<hex>`, new
@@ -264,8 +268,9 @@ def run():
                 got[m] = spans
             return got
 
-        out["spans"] = wait_for("every request's trace in Phoenix", traces, on_fail=exporter.output)
-        out["exported"] = metric(metrics_url, "edgemark_otlp_exported_spans_total")
+        out["spans"] = wait_for("every request's trace in Phoenix", traces, on_fail=lambda: log()[-5000:])
+        # The region's families on the server's own /metrics.
+        out["metrics"] = _live.server_metrics(f"http://127.0.0.1:{port}/metrics")
         import edgemark
 
         out["open_before_stop"] = edgemark.Region.attach(region).open_requests()
@@ -351,6 +356,36 @@ def test_every_request_closed_the_disconnected_one_too(run):
     assert run["open_before_stop"] == []
 
 
+def test_the_server_s_own_metrics_carry_the_region_s_families(run):
+    text = run["metrics"]
+    _live.one_set_of_families(text)
+    assert _live.sample(text, "edgemark_closed_requests_total") >= len(run["ids"])
+    # Every request's first output on the edge, in its boundary histogram.
+    count = [
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("edgemark_boundary_elapsed_seconds_count{")
+        and 'edge="0->1"' in line
+        and 'event="consumer_first_nonempty_output"' in line
+    ]
+    assert count and count[0] >= len(run["ids"]), count
+    # vLLM's own families are there too, unchanged.
+    assert "vllm:" in text
+    _live.promtool_check(_live.edgemark_part(text))
+
+
+def test_one_process_of_the_server_exported_its_region_and_flushed_at_sigterm(run):
+    # Elected once, in the region the plugin's lines name, toward Phoenix.
+    [(pid, region, url)] = run["elected"]
+    assert region == run["region"]
+    assert url.endswith("/v1/traces")
+    # At SIGTERM it sent what it held and left nothing: the region went.
+    [(region, taken, sent, left)] = _STOPPED.findall(run["log"])
+    assert region == run["region"]
+    assert int(taken) >= len(run["ids"]) and int(sent) >= 2 * len(run["ids"]) and int(left) == 0, (taken, sent, left)
+    assert "not sent by any exporter" not in run["log"]
+
+
 def test_each_request_is_one_trace_with_its_events(run):
     for mine, spans in run["spans"].items():
         requests = [s for s in spans if s.get("name") == "edgemark request"]
@@ -359,7 +394,7 @@ def test_each_request_is_one_trace_with_its_events(run):
         assert len(edges) == 1 and edges[0].get("parent_id") == requests[0]["context"]["span_id"], mine
         assert [e.get("name") for e in edges[0].get("events") or []] != []
         assert {e.get("name") for e in edges[0]["events"]} >= set(EVENTS), mine
-    assert run["exported"] >= 2 * len(run["ids"])
+
 
 
 def test_sigterm_removes_the_region_and_its_lookup_and_ends_every_process(run):
