@@ -3,9 +3,13 @@ the decode one on host B (two network namespaces joined by a bridge, each
 with its own ``/dev/shm``: ``_hosts.py``), handing requests over through
 NixlConnector over TCP, each recording through the installed plugin into its
 own host's region (``EDGEMARK_VLLM=1``, ``EDGEMARK_VLLM_REGION`` in the
-host's ``/dev/shm``), one ``edgemark export --otlp`` per host, and Arize
-Phoenix joining both hosts' spans by the trace the client's ``traceparent``
-names (the proxy's two steps forward it to both instances).
+host's ``/dev/shm``), and Arize Phoenix joining both hosts' spans by the
+trace the client's ``traceparent`` names (the proxy's two steps forward it
+to both instances). Each host exports in one of the two ways users run:
+host A's server sends its region's spans itself (vLLM's own
+``--otlp-traces-endpoint`` over HTTP, nothing beside it: vLLM's
+``llm_request`` spans and edgemark's in one trace), host B has ``edgemark
+export --otlp`` beside its server.
 
 Per request, in Phoenix: one ``edgemark request`` span from each host, both
 children of the client's span, in different regions; host A's edge span
@@ -23,6 +27,7 @@ deleted by its saved name, on failure too.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -61,9 +66,12 @@ def region_of(h: str) -> str:
     return f"/dev/shm/edgemark-pd-{h}.region"
 
 
-def start_instance(hosts: Hosts, h: str, name: str, model: str, port: int, side_port: int, kv_extra=None):
+def start_instance(
+    hosts: Hosts, h: str, name: str, model: str, port: int, side_port: int, kv_extra=None, env=None, args=()
+):
     """``vllm serve`` inside host ``h``, as ``VllmServer`` would start it
-    there, listening (and its NIXL side channel) on the host's address."""
+    there, listening (and its NIXL side channel) on the host's address,
+    with ``env`` over its environment and ``args`` after its own."""
     srv = pd.VllmServer(
         sys.executable,
         model,
@@ -78,8 +86,10 @@ def start_instance(hosts: Hosts, h: str, name: str, model: str, port: int, side_
             "VLLM_PLUGINS": "edgemark_vllm",
             "UCX_NET_DEVICES": "eth0",
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         },
         kv_extra=kv_extra,
+        extra_args=tuple(args),
         nice=5,
         host=hosts.addr[h],
     )
@@ -103,16 +113,27 @@ def run(model):
     try:
         phoenix = _hosts.Phoenix(hosts, work, PHOENIX)
         a, b = hosts.addr["a"], hosts.addr["b"]
-        prefill, _ = start_instance(
-            hosts, "a", "prefill-a", model, hosts.port(), hosts.port(), {"kv_lease_duration": LEASE_S}
-        )
+        # Host A's server exports itself: vLLM's own tracing switched on
+        # (`--otlp-traces-endpoint`, over HTTP), and the plugin sends the
+        # region's spans to the same endpoint, into the same traces.
+        in_process = {
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_SERVICE_NAME": "edgemark-host-a",
+            "OTEL_RESOURCE_ATTRIBUTES": "host.name=host-a",
+        }
+        vllm_tracing = ("--otlp-traces-endpoint", phoenix.url + "/v1/traces")
+        prefill, prefill_proc = start_instance(
+            hosts, "a", "prefill-a", model, hosts.port(), hosts.port(), {"kv_lease_duration": LEASE_S}, in_process,
+            vllm_tracing,
+        )  # fmt: skip
         decode, _ = start_instance(hosts, "b", "decode-b", model, hosts.port(), hosts.port())
         for srv in (prefill, decode):
             wait_for(f"vllm serve on {srv.host} to answer /health", lambda: pd.health(srv.port, srv.host))
         phoenix.wait_up()
         for h in ("a", "b"):
             assert hosts.exists(h, region_of(h)), f"host {h}'s API server made no region"
-        exporters = {h: _hosts.start_exporter(hosts, h, phoenix.url, region_of(h), EDGEMARK) for h in ("a", "b")}
+        exporters = {"b": _hosts.start_exporter(hosts, "b", phoenix.url, region_of("b"), EDGEMARK)}
         name = pd.model_name(prefill.port, a)
 
         def one(rid: str, tp=None, max_tokens: int = 8):
@@ -125,6 +146,7 @@ def run(model):
         # handshake; it is done once, before the requests the test counts,
         # and retried (vLLM waits 5 s for the handshake's reply).
         pd.warm_up(prefill.port, decode.port, prefill_host=a, decode_host=b, timeout=STEP_S)
+        out["phoenix"] = phoenix.url
         out["traces"] = traces = {}
         for i in range(REQUESTS):
             tp = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
@@ -136,7 +158,8 @@ def run(model):
             spans = phoenix.spans(trace_id)
             reqs = [s for s in named(spans, "edgemark request") if s.get("parent_id") == client_span]
             events = {e for s in spans for e in event_names(s)}
-            return spans if len(reqs) == 2 and A_EVENTS | B_EVENTS <= events else None
+            vllm_spans = [s for s in spans if s["name"] == "llm_request"]
+            return spans if len(reqs) == 2 and A_EVENTS | B_EVENTS <= events and vllm_spans else None
 
         out["spans"] = {t: wait_for(f"both hosts' spans of trace {t} in Phoenix", lambda t=t, c=c: both(t, c))
                         for t, c in traces.items()}
@@ -146,7 +169,9 @@ def run(model):
             queued = sum(metric(u, "edgemark_otlp_queue_spans") for u in exporters.values())
             return sent if queued == 0 else None
 
-        out["exported"] = wait_for("the exporters to have sent every span", settled)
+        out["exported"] = wait_for("host B's exporter to have sent every span", settled)
+        with open(prefill_proc.err_path, errors="replace") as f:
+            out["prefill_log"] = prefill_proc.output() + f.read()
         out["spans"] = {t: phoenix.spans(t) for t in traces}
         for t, spans in out["spans"].items():
             print(f"Phoenix's span tree of trace {t}:\n{tree(spans)}", file=sys.stderr)
@@ -182,5 +207,20 @@ def test_each_request_is_one_trace_joined_across_the_hosts(run):
 
 
 def test_each_host_exported_its_own_spans(run):
-    assert set(run["exported"]) == {"a", "b"}
-    assert all(n >= 2 * len(run["traces"]) for n in run["exported"].values()), run["exported"]
+    # Host B through `edgemark export`, host A from inside its server: one
+    # process of it (its API server) elected, no exporter beside it.
+    assert set(run["exported"]) == {"b"}
+    assert run["exported"]["b"] >= 2 * len(run["traces"]), run["exported"]
+    said = re.findall(r"edgemark: this process \(pid \d+\) sends the closed requests of (\S+) as spans to (\S+)", run["prefill_log"])
+    assert said == [(region_of("a"), run["phoenix"] + "/v1/traces")], run["prefill_log"][-5000:]
+
+
+def test_vllm_s_own_spans_and_edgemark_s_are_in_one_trace(run):
+    # Host A's vLLM traces itself (`--otlp-traces-endpoint`): its request
+    # span is in each request's trace beside edgemark's spans of both hosts.
+    for trace_id, client_span in run["traces"].items():
+        spans = run["spans"][trace_id]
+        vllm_spans = [s for s in spans if s["name"] == "llm_request"]
+        assert vllm_spans, tree(spans)
+        assert all(s["context"]["trace_id"] == trace_id for s in vllm_spans)
+        assert named(spans, "edgemark request"), tree(spans)
