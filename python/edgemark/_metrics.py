@@ -8,7 +8,9 @@ vLLM's API server takes that registry from ``get_prometheus_registry`` when
 it mounts ``/metrics``: the global ``REGISTRY``, or with several API servers
 (``--api-server-count N``, multiprocess mode) a registry of its own over the
 processes' files. The plugin wraps that call (both plugins: vLLM-Omni's API
-server is vLLM's) and registers one ``RegionCollector`` in what it returns.
+server is vLLM's) and registers one ``RegionCollector`` in what it returns;
+in multiprocess mode the route that answers ``/metrics`` makes a registry
+of its own at each scrape, and gets one too (``hook_multiprocess``).
 Every API server reads the same region file, so whichever answers a scrape
 answers for the whole region: one set of families per region, never one per
 process, with no file of their own in the multiprocess directory.
@@ -21,6 +23,7 @@ nothing for that scrape, and says so at most once a minute.
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -69,7 +72,9 @@ _added: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 def wrap_registry(orig: Callable, rec: Any) -> Callable:
     """``get_prometheus_registry`` that also adds the region's collector to
-    the registry it returns, once per registry."""
+    the registry it returns, once per registry, and in multiprocess mode to
+    the registry the ``/metrics`` route makes at each scrape
+    (``hook_multiprocess``)."""
 
     def get_prometheus_registry(*args, **kwargs):
         registry = orig(*args, **kwargs)
@@ -77,8 +82,54 @@ def wrap_registry(orig: Callable, rec: Any) -> Callable:
             if registry not in _added:
                 registry.register(RegionCollector(rec))
                 _added.add(registry)
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR") is not None:
+                hook_multiprocess(rec)
         except Exception as e:  # noqa: BLE001 - the server serves its own metrics without ours
             rec.once.warn("metrics-add", "edgemark: the region's metrics are not on this server's /metrics: %r", e)
         return registry
 
     return get_prometheus_registry
+
+
+#: The recording whose region the multiprocess route's registries read.
+_hooked: Any = None
+
+#: The module whose ``/metrics`` route vLLM's API server uses
+#: (``Instrumentator.expose``).
+INSTRUMENTATOR_MODULE = "prometheus_fastapi_instrumentator.instrumentation"
+
+
+def hook_multiprocess(rec: Any) -> None:
+    """In multiprocess mode (``--api-server-count N``), the ``/metrics``
+    route vLLM mounts (``prometheus_fastapi_instrumentator``'s
+    ``Instrumentator.expose``, matched before the registry's own mount)
+    ignores the registry it was given: at each scrape it makes a
+    ``CollectorRegistry()`` of its own and a ``MultiProcessCollector`` in
+    it. The name ``CollectorRegistry`` in that module (where nothing else
+    makes one) becomes a subclass that also holds the region's collector.
+    Once per process; a module without the name is left alone."""
+    import importlib
+
+    global _hooked
+    # The recording the route's registries read: this process's latest.
+    _hooked = rec
+    module = importlib.import_module(INSTRUMENTATOR_MODULE)
+    base = getattr(module, "CollectorRegistry", None)
+    if not isinstance(base, type) or getattr(base, "_edgemark_region", False):
+        return
+
+    class CollectorRegistry(base):  # type: ignore[misc, valid-type]
+        _edgemark_region = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            now = _hooked
+            if now is None:
+                return
+            try:
+                self.register(RegionCollector(now))
+            except Exception as e:  # noqa: BLE001 - the scrape goes on without ours
+                now.said.warn("metrics", "edgemark: the region's metrics were left out of /metrics: %r", e)
+
+    CollectorRegistry.__qualname__ = base.__qualname__
+    module.CollectorRegistry = CollectorRegistry

@@ -188,3 +188,56 @@ def sample(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"no sample {name} in\n{text[:3000]}")
+
+
+class Prometheus:
+    """A real Prometheus server (Debian's package) scraping ``target``
+    (``host:port``, its ``/metrics``) every second, on a free port, its data
+    in ``work``; stopped by its saved pid (``stop``)."""
+
+    def __init__(self, target: str, work: str) -> None:
+        import shutil
+        import socket
+        import subprocess
+
+        binary = shutil.which("prometheus")
+        if binary is None:
+            missing("prometheus is not installed (Debian's prometheus package)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        os.makedirs(work, exist_ok=True)
+        config = os.path.join(work, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: server\n"
+                f"    static_configs:\n      - targets: ['{target}']\n"
+            )
+        self.log_path = os.path.join(work, "prometheus.log")
+        with open(self.log_path, "wb") as log:
+            self.p = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={os.path.join(work, 'data')}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        self.pid = self.p.pid
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def query(self, expr: str) -> list:
+        """The instant vector ``expr`` gives now (``[]`` while it answers
+        nothing)."""
+        import urllib.parse
+
+        got = http_get(f"{self.url}/api/v1/query?query={urllib.parse.quote(expr)}")
+        if not got or got[0] != 200:
+            return []
+        return json.loads(got[1]).get("data", {}).get("result") or []
+
+    def stop(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait(timeout=60)

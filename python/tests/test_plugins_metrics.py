@@ -115,3 +115,38 @@ def test_a_region_that_cannot_be_read_leaves_the_scrape_whole(rec, caplog):
     assert "edgemark_" not in text
     assert sample(text, "vllm_other_total") == 1
     assert "left out of /metrics" in caplog.text
+
+
+def test_the_multiprocess_route_vllm_mounts_serves_the_region_s_families(rec, tmp_path, monkeypatch):
+    # vLLM's /metrics route in multiprocess mode: prometheus_fastapi_
+    # instrumentator's, which makes a registry of its own at each scrape.
+    # Where it is installed (vLLM's environments); the real servers of
+    # test_vllm_pd_shapes.py scrape it in CI.
+    pytest.importorskip("prometheus_fastapi_instrumentator")
+    pytest.importorskip("httpx")
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from prometheus_fastapi_instrumentator import Instrumentator
+
+    mp = tmp_path / "multiproc"
+    mp.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(mp))
+    import prometheus_fastapi_instrumentator.instrumentation as inst
+
+    monkeypatch.setattr(inst, "CollectorRegistry", inst.CollectorRegistry)  # put back after the test
+
+    def get_prometheus_registry():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+
+    registry = _metrics.wrap_registry(get_prometheus_registry, rec)()
+    app = FastAPI()
+    Instrumentator(registry=registry).expose(app)
+    close(rec, 4)
+    text = TestClient(app).get("/metrics").text
+    one_set_of_families(text)
+    assert sample(text, "edgemark_closed_requests_total") == 4
+    # Hooked once: a second registry asked for adds no second collector.
+    _metrics.wrap_registry(get_prometheus_registry, rec)()
+    one_set_of_families(TestClient(app).get("/metrics").text)

@@ -25,9 +25,15 @@ the orders causality fixes, as the single-API-server test asserts them.
 Also: every process's log line names one region, the launcher's name for
 it; each API server says it patched the orchestrator and holds a shared
 lock on the region; nothing is left open; after SIGTERM every process of
-the server has ended and the region and its request lookup are gone.
+the server has ended and the region and its request lookup are gone. The
+trace store is named the standard way (``OTEL_EXPORTER_OTLP_ENDPOINT``, Arize
+Phoenix): exactly one of the two API servers exports the region, and every
+request's trace is in Phoenix with one request span, never two; the
+server's own ``/metrics`` (vLLM's multiprocess mode) has the region's
+families once, counting every request whichever API server answers.
 
-Needs vllm-omni with the CPU platform installed (``real_server/``);
+Needs vllm-omni with the CPU platform installed (``real_server/``) and
+Arize Phoenix in the environment ``EDGEMARK_OTEL_VENV`` names;
 ``EDGEMARK_TTS_MODEL`` names where the tiny model is kept between runs
 (default: a temporary directory). Skipped where vllm-omni or the platform is
 missing, unless ``EDGEMARK_REQUIRE_VLLM_OMNI=1`` (CI), which makes it fail.
@@ -47,6 +53,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -55,7 +62,7 @@ import time
 import pytest
 
 import _live
-from _live import EDGE, EVENTS, missing, need_vllm_omni
+from _live import EDGE, EVENTS, missing, need_vllm_omni, phoenix_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_server")
@@ -78,6 +85,8 @@ need_vllm_omni()
 if importlib.util.find_spec("edgemark_test_omni_cpu") is None:
     missing("the test CPU platform is not installed (real_server/server.py's install_cpu_platform)")
 
+PHOENIX = phoenix_bin()
+
 sys.path.insert(0, SUPPORT)
 import server as omni  # noqa: E402  (test support, beside this file)
 import tiny_tts  # noqa: E402
@@ -86,6 +95,8 @@ import edgemark  # noqa: E402
 
 # The plugin's own lines (as test_vllm_omni_server.py reads them).
 _CLOSED = re.compile(r"edgemark: request (\S+) closed, trace (\S+): stream_edge_metrics (\{.*\})\s*$")
+_CLOSED_TRACE = re.compile(r"edgemark: request \S+ closed, trace ([0-9a-f]{32}):", re.M)
+_ELECTED = re.compile(r"edgemark: this process \(pid (\d+)\) sends the closed requests of (\S+)")
 _RECORDING = re.compile(r"edgemark: recording vLLM-Omni stream-edge events .* in (\S+), pid (\d+): (.*) call sites patched; region (\S+)")
 
 
@@ -139,15 +150,29 @@ def launcher_files(pid: int) -> list:
 def run():
     work = tempfile.mkdtemp(prefix="edgemark-api-servers-")
     out: dict = {"started": time.monotonic()}
-    server = None
+    server = phoenix = None
     try:
         model_dir = os.environ.get("EDGEMARK_TTS_MODEL") or os.path.join(work, "tiny-qwen3-tts")
         tiny_tts.make(model_dir)
+        phoenix_port = omni.free_port()
+        phoenix_url = f"http://127.0.0.1:{phoenix_port}"
+        with open(os.path.join(work, "phoenix.log"), "wb") as plog:
+            phoenix = subprocess.Popen(
+                [PHOENIX, "serve"], stdout=plog, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(phoenix_port),
+                     "PHOENIX_GRPC_PORT": str(omni.free_port()), "PHOENIX_WORKING_DIR": os.path.join(work, "phoenix"),
+                     "PHOENIX_TELEMETRY_ENABLED": "false"},
+            )  # fmt: skip
 
         # As a user switches the plugin on: two variables, nothing else (no
         # region named: the plugin names it).
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_"))}
-        env.update(EDGEMARK_VLLM_OMNI="1", EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEMARK_", "_EDGEMARK_", "OTEL_"))}
+        env.update(
+            EDGEMARK_VLLM_OMNI="1",
+            EDGEMARK_VLLM_OMNI_LOG_REQUESTS="1",
+            OTEL_EXPORTER_OTLP_ENDPOINT=phoenix_url,
+            OTEL_BSP_SCHEDULE_DELAY="100",
+        )
         server = omni.OmniServer(
             python=sys.executable,
             model_dir=model_dir,
@@ -223,6 +248,19 @@ def run():
             time.sleep(0.5)
         out["closed"] = closed
 
+        # Every request's trace in Phoenix, from the one exporting API server.
+        traces = sorted(set(_CLOSED_TRACE.findall(log())))
+        out["traces"] = traces
+
+        def in_phoenix():
+            got = {t: [x for x in _live.phoenix_spans(phoenix_url, t) if x["name"] == "edgemark request"] for t in traces}
+            return got if all(got.values()) else None
+
+        out["phoenix"] = _live.wait_for("every request's trace in Phoenix", in_phoenix, PATIENCE_S, tail)
+        # The region's families on the server's own /metrics, scraped a few
+        # times (the kernel spreads the connections over both API servers).
+        out["metrics"] = [_live.server_metrics(f"http://127.0.0.1:{port}/metrics") for _ in range(6)]
+
         text = log()
         said = [m for m in (_RECORDING.search(line) for line in text.splitlines()) if m]
         out["said"] = [(m.group(1), int(m.group(2)), m.group(3), m.group(4)) for m in said]
@@ -271,6 +309,10 @@ def run():
                             shutil.rmtree(p)
                         else:
                             os.unlink(p)
+        if phoenix is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(phoenix.pid, signal.SIGKILL)
+            phoenix.wait(timeout=60)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -362,3 +404,22 @@ def test_sigterm_ends_every_process_and_removes_the_region_and_its_lookup(run):
     assert run["region"] is not None
     assert not run["region_after"] and not run["lookup_after"]
     assert run["launcher_files_after"] == [], run["launcher_files_after"]
+
+
+def test_one_api_server_exports_and_every_request_is_in_phoenix_once(run):
+    elected = _ELECTED.findall(run["log"])
+    # One line, by an API server, about the region.
+    assert len(elected) == 1, elected
+    (pid, region) = elected[0]
+    assert int(pid) in set(run["api_servers"].values()) and region == run["region"], (elected, run["api_servers"])
+    assert len(run["traces"]) >= len(run["served"])
+    for trace, requests in run["phoenix"].items():
+        assert len(requests) == 1, (trace, requests)
+
+
+def test_the_server_s_own_metrics_have_the_region_s_families_once(run):
+    closed = len(run["closed"])
+    for text in run["metrics"]:
+        _live.one_set_of_families(text)
+        assert _live.sample(text, "edgemark_closed_requests_total") == closed
+    _live.promtool_check(_live.edgemark_part(run["metrics"][0]))

@@ -269,8 +269,19 @@ def run():
             return got
 
         out["spans"] = wait_for("every request's trace in Phoenix", traces, on_fail=lambda: log()[-5000:])
-        # The region's families on the server's own /metrics.
+        # The region's families on the server's own /metrics, and in a real
+        # Prometheus that scrapes it.
         out["metrics"] = _live.server_metrics(f"http://127.0.0.1:{port}/metrics")
+        prometheus = _live.Prometheus(f"127.0.0.1:{port}", os.path.join(work, "prometheus"))
+        procs.append(prometheus)
+        first_outputs = 'edgemark_boundary_elapsed_seconds_count{edge="0->1",event="consumer_first_nonempty_output"}'
+        out["prometheus"] = wait_for(
+            "Prometheus to hold every request's first output",
+            lambda: (lambda r: r if r and float(r[0]["value"][1]) >= len(kinds) else None)(
+                prometheus.query(first_outputs)
+            ),
+            on_fail=lambda: open(prometheus.log_path, errors="replace").read()[-3000:],
+        )
         import edgemark
 
         out["open_before_stop"] = edgemark.Region.attach(region).open_requests()
@@ -369,6 +380,9 @@ def test_the_server_s_own_metrics_carry_the_region_s_families(run):
         and 'event="consumer_first_nonempty_output"' in line
     ]
     assert count and count[0] >= len(run["ids"]), count
+    # A real Prometheus scraped them: one series, every request served.
+    [series] = run["prometheus"]
+    assert float(series["value"][1]) == len(run["ids"]), series
     # vLLM's own families are there too, unchanged.
     assert "vllm:" in text
     _live.promtool_check(_live.edgemark_part(text))

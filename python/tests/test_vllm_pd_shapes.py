@@ -8,7 +8,8 @@ region named for both instances).
 Per shape: requests at once from several clients, each a P/D proxy's two
 steps under a trace of its own; every request's four events on ``0->1:0``
 in the orders causality fixes; every request closed where it ended (none by
-the bound: ``expired_requests`` 0), no begin refused, nothing left open.
+the bound: ``expired_requests`` 0), no begin refused, nothing left open;
+the region's families once on the prefill instance's own ``/metrics``.
 
 Needs what ``test_vllm_pd.py`` needs (vLLM with NIXL, the tiny Qwen3 in
 ``EDGEMARK_QWEN3_MODEL``); skipped without, unless ``EDGEMARK_REQUIRE_VLLM=1``.
@@ -25,7 +26,18 @@ import threading
 import pytest
 
 import edgemark
-from _live import EDGE, EVENTS, load_support, need_vllm_nixl, wait_for
+from _live import (
+    EDGE,
+    EVENTS,
+    edgemark_part,
+    load_support,
+    need_vllm_nixl,
+    one_set_of_families,
+    promtool_check,
+    sample,
+    server_metrics,
+    wait_for,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "real_vllm")
@@ -115,3 +127,11 @@ def test_every_request_is_recorded_and_closed_where_it_ended(pair):
     # Every closed request drained once per trace (the warm-up's too): no
     # request begun twice, by two API servers or two ranks.
     assert counters["closed_requests"] == len(closed), (counters, len(closed))
+    # The region's families on the prefill instance's own /metrics (with two
+    # API servers, vLLM's multiprocess mode): one set of them, the whole
+    # region's counts, whichever process answers the scrape.
+    for _ in range(4):
+        text = server_metrics(f"http://{pd.HOST}:{prefill.port}/metrics")
+        one_set_of_families(text)
+        assert sample(text, "edgemark_closed_requests_total") == counters["closed_requests"], shape
+        promtool_check(edgemark_part(text))
