@@ -118,18 +118,20 @@ def hook_multiprocess(rec: Any) -> None:
     if not isinstance(base, type) or getattr(base, "_edgemark_region", False):
         return
 
-    class CollectorRegistry(base):  # type: ignore[misc, valid-type]
-        _edgemark_region = True
+    base_init: Callable[..., None] = getattr(base, "__init__")
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            now = _hooked
-            if now is None:
-                return
-            try:
-                self.register(RegionCollector(now))
-            except Exception as e:  # noqa: BLE001 - the scrape goes on without ours
-                now.said.warn("metrics", "edgemark: the region's metrics were left out of /metrics: %r", e)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        base_init(self, *args, **kwargs)
+        now = _hooked
+        if now is None:
+            return
+        try:
+            self.register(RegionCollector(now))
+        except Exception as e:  # noqa: BLE001 - the scrape goes on without ours
+            now.said.warn("metrics", "edgemark: the region's metrics were left out of /metrics: %r", e)
 
-    CollectorRegistry.__qualname__ = base.__qualname__
-    module.CollectorRegistry = CollectorRegistry
+    # A subclass under the same name, made with `type` (it is the module's
+    # name for the class, not one of ours).
+    hooked = type(base.__name__, (base,), {"_edgemark_region": True, "__init__": __init__})
+    hooked.__qualname__ = base.__qualname__
+    setattr(module, "CollectorRegistry", hooked)

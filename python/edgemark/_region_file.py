@@ -265,16 +265,16 @@ class Owner:
             or (writer is not None and not self._lookup_released and writer.marked(MADE_BY_SERVER))
         )
         self.release_lookup()
-        remove = made_by_server
-        if remove and self.unsent and self.hold.sole():
-            remove = False
+        remove_file = made_by_server
+        if remove_file and self.unsent and self.hold.sole():
+            remove_file = False
             self.log.warning(
                 "edgemark: %d closed request(s) of %s not sent by any exporter yet: the file stays for the next "
                 "exporter of it (edgemark export --dir); edgemark clean --force removes it and counts them",
                 self.unsent,
                 self.path,
             )
-        if self.hold.release(remove=remove) and writer is not None:
+        if self.hold.release(remove=remove_file) and writer is not None:
             # Nobody holds the region any more: its lookup goes with it.
             lookup = _channel.lookup_dir(self.path)
             for remove, target in ((os.unlink, os.path.join(lookup, MADE_BY_SERVER)), (os.rmdir, lookup)):
