@@ -205,18 +205,27 @@ def test_a_stopped_server_sends_what_it_holds_and_its_region_goes(tmp_path, proc
     assert not os.path.exists(region), "a region whose requests were all sent stays after its last server"
 
 
-def test_a_server_stopped_while_the_collector_is_down_keeps_its_region_for_the_next_exporter(tmp_path, procs, phoenix):
-    port = free_port()  # nothing listens there until the end
+def holding_unsent(procs, tmp_path, name: str, n: int):
+    """A server elected for the region ``<name>.region``, its collector
+    down (nothing listens at its port), holding ``n`` closed requests its
+    exporter took and could not send: (server, collector port and URL,
+    region, trace IDs)."""
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    region = str(tmp_path / "kept.region")
+    region = str(tmp_path / f"{name}.region")
     s = start_server(procs, tmp_path, "server", server_env(region, url))
     wait_for("the server elected", lambda: elected([s]), PATIENCE_S)
-    traces = close_requests(region, 4)
+    traces = close_requests(region, n)
     wait_for(
         "every request taken by the exporter and not acknowledged",
-        lambda: edgemark.Region.attach(region).report()["closed_unacknowledged"] == 4,
+        lambda: edgemark.Region.attach(region).report()["closed_unacknowledged"] == n,
         PATIENCE_S,
     )
+    return s, port, url, region, traces
+
+
+def test_a_server_stopped_while_the_collector_is_down_keeps_its_region_for_the_next_exporter(tmp_path, procs, phoenix):
+    s, port, url, region, traces = holding_unsent(procs, tmp_path, "kept", 4)
     s.signal(signal.SIGTERM)
     assert s.p.wait(timeout=PATIENCE_S) == 0, s.log()
     assert re.search(r"4 closed request\(s\) of \S+ not sent by any exporter yet", s.log()), s.log()
@@ -287,17 +296,7 @@ def test_a_collector_down_at_start_and_up_later_gets_every_request(tmp_path, pro
 
 
 def test_what_a_sigkilled_server_took_and_did_not_send_reaches_the_host_s_exporter(tmp_path, procs, phoenix):
-    port = free_port()  # down while the server runs
-    url = f"http://127.0.0.1:{port}"
-    region = str(tmp_path / "killed.region")
-    s = start_server(procs, tmp_path, "server", server_env(region, url))
-    wait_for("the server elected", lambda: elected([s]), PATIENCE_S)
-    traces = close_requests(region, 5)
-    wait_for(
-        "every request taken by the server's exporter",
-        lambda: edgemark.Region.attach(region).report()["closed_unacknowledged"] == 5,
-        PATIENCE_S,
-    )
+    s, port, url, region, traces = holding_unsent(procs, tmp_path, "killed", 5)
     s.stop()  # SIGKILL: no flush, no word
     assert os.path.exists(region)
     phoenix(port)
