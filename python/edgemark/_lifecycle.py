@@ -304,8 +304,16 @@ class Recording:
             os.environ[_export.TRACES_ENDPOINT] = self.vllm_traces_endpoint
         self.export = _export.Export(self.path, self.log, self.said, self.once)
         atexit.register(self._stop_export)
+        self._tick_export()
+
+    def _tick_export(self) -> None:
+        """The export's election and exporter (``_export.Export.tick``); a
+        failure is said, and the server and the tick's other duties go on."""
+        export = self.export
+        if export is None:
+            return
         try:
-            self.export.tick()
+            export.tick()
         except Exception as e:  # noqa: BLE001 - the server serves without it
             self.said.warn("export-tick", "edgemark: the export of %s did not start: %r", self.path, e)
 
@@ -370,8 +378,7 @@ class Recording:
                 self.max_open_s,
                 self.spec.env_max_open,
             )
-        if self.export is not None:
-            self.export.tick()
+        self._tick_export()
         if self._reader.unlinked():
             self._reader.close()
             self._reader_ok = None
