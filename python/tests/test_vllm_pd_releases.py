@@ -209,7 +209,15 @@ def test_instrument_resolves_every_call_site(region_env, fake_nixl):
         for t in inst.targets():
             if t.wrap is None:
                 continue
-            owner, _ = _instrument.resolve(t)
+            try:
+                owner, _ = _instrument.resolve(t)
+            except (_instrument.MissingError, ImportError):
+                # An optional call site, wrapped where it exists: the
+                # class environment of 0.33/0.34 holds what the engine
+                # imports, not the API server's /metrics route
+                # (prometheus_fastapi_instrumentator).
+                assert t.optional, f"{t.name} is missing"
+                continue
             assert (owner, t.attr) in patched, f"{t.name} not patched"
         assert getattr(inst, "broken", {}) == {}, inst.broken
         # The factory vLLM's scheduler and worker make their connectors
