@@ -38,13 +38,12 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import struct
 import threading
 from typing import Mapping, Optional, Tuple
 
 from . import _presence
 from ._edgemark import FLUSH_DEADLINE_S, Exporter, Region
-from ._said import Once, Said
+from ._said import Said
 
 #: The byte of the region file whose write lock elects its exporter: just
 #: below ``_presence``'s bytes, so never one of theirs.
@@ -82,11 +81,10 @@ class Export:
     """One API server's part in exporting its region: the election, and the
     exporter while this process holds it."""
 
-    def __init__(self, path: str, log: logging.Logger, said: Said, once: Once) -> None:
+    def __init__(self, path: str, log: logging.Logger, said: Said) -> None:
         self.path = path
         self.log = log
         self.said = said
-        self.once = once
         self.exporter: Optional[Exporter] = None
         self._fd: Optional[int] = None
         self._identity: Optional[Tuple[int, int]] = None
@@ -115,7 +113,7 @@ class Export:
             return False
         try:
             fst = os.fstat(fd)
-            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_presence._FLOCK, fcntl.F_WRLCK, os.SEEK_SET, ELECTION, 1, 0))
+            _presence._lock(fd, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, ELECTION)
         except OSError:
             os.close(fd)  # another process exports it
             return False

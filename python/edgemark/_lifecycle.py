@@ -302,7 +302,7 @@ class Recording:
         if self.vllm_traces_endpoint and not os.environ.get(_export.TRACES_ENDPOINT):
             # As vLLM's own tracing does for the processes it starts.
             os.environ[_export.TRACES_ENDPOINT] = self.vllm_traces_endpoint
-        self.export = _export.Export(self.path, self.log, self.said, self.once)
+        self.export = _export.Export(self.path, self.log, self.said)
         atexit.register(self._stop_export)
         self._tick_export()
 

@@ -210,14 +210,7 @@ class Phoenix:
     def __init__(self, hosts: Hosts, work: str, binary: str) -> None:
         ip_ = hosts.bridge_ip
         self.port = free_port(ip_)
-        env = {
-            **os.environ,
-            "PHOENIX_HOST": ip_,
-            "PHOENIX_PORT": str(self.port),
-            "PHOENIX_GRPC_PORT": str(free_port(ip_)),
-            "PHOENIX_WORKING_DIR": os.path.join(work, "phoenix"),
-            "PHOENIX_TELEMETRY_ENABLED": "false",
-        }
+        env = _live.phoenix_env(ip_, self.port, free_port(ip_), os.path.join(work, "phoenix"))
         self.proc = hosts.spawn("phoenix", [binary, "serve"], env)
         self.url = f"http://{ip_}:{self.port}"
 

@@ -118,6 +118,20 @@ def http_get(url: str):
         return None
 
 
+def phoenix_env(host: str, port: int, grpc_port: int, work: str) -> dict:
+    """The environment Arize Phoenix's ``phoenix serve`` runs with: this
+    process's, listening on ``host:port`` (and ``grpc_port``), its data in
+    ``work``, no telemetry of its own."""
+    return {
+        **os.environ,
+        "PHOENIX_HOST": host,
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(grpc_port),
+        "PHOENIX_WORKING_DIR": str(work),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+
+
 def phoenix_spans(url: str, trace_id: str) -> list:
     """The spans Phoenix at ``url`` holds for ``trace_id``."""
     got = http_get(f"{url}/v1/projects/default/spans?trace_id={trace_id}&limit=1000")

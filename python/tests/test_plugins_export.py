@@ -27,7 +27,7 @@ import pytest
 
 import edgemark
 from edgemark import _export
-from _live import phoenix_bin, phoenix_spans, wait_for, http_get
+from _live import http_get, phoenix_bin, phoenix_env, phoenix_spans, wait_for
 
 #: A bound on each wait, never a timing that is asserted.
 PATIENCE_S = 120.0
@@ -97,14 +97,7 @@ def procs():
 @pytest.fixture
 def phoenix(tmp_path, procs):
     def start(port: int) -> Proc:
-        env = {
-            **os.environ,
-            "PHOENIX_HOST": "127.0.0.1",
-            "PHOENIX_PORT": str(port),
-            "PHOENIX_GRPC_PORT": str(free_port()),
-            "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
-            "PHOENIX_TELEMETRY_ENABLED": "false",
-        }
+        env = phoenix_env("127.0.0.1", port, free_port(), str(tmp_path / "phoenix"))
         p = Proc([PHOENIX, "serve"], env, str(tmp_path / f"phoenix-{len(procs)}.log"))
         procs.append(p)
         url = f"http://127.0.0.1:{port}"

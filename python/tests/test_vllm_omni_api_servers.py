@@ -159,9 +159,7 @@ def run():
         with open(os.path.join(work, "phoenix.log"), "wb") as plog:
             phoenix = subprocess.Popen(
                 [PHOENIX, "serve"], stdout=plog, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(phoenix_port),
-                     "PHOENIX_GRPC_PORT": str(omni.free_port()), "PHOENIX_WORKING_DIR": os.path.join(work, "phoenix"),
-                     "PHOENIX_TELEMETRY_ENABLED": "false"},
+                env=_live.phoenix_env("127.0.0.1", phoenix_port, omni.free_port(), os.path.join(work, "phoenix")),
             )  # fmt: skip
 
         # As a user switches the plugin on: two variables, nothing else (no

@@ -151,14 +151,7 @@ def run():
         tiny_tts.make(model_dir)
 
         phoenix_port = omni.free_port()
-        phoenix_env = {
-            **os.environ,
-            "PHOENIX_HOST": "127.0.0.1",
-            "PHOENIX_PORT": str(phoenix_port),
-            "PHOENIX_GRPC_PORT": str(omni.free_port()),
-            "PHOENIX_WORKING_DIR": os.path.join(work, "phoenix"),
-            "PHOENIX_TELEMETRY_ENABLED": "false",
-        }
+        phoenix_env = _live.phoenix_env("127.0.0.1", phoenix_port, omni.free_port(), os.path.join(work, "phoenix"))
         phoenix = Proc("phoenix", [PHOENIX, "serve"], work, phoenix_env)
         procs.append(phoenix)
         phoenix_url = f"http://127.0.0.1:{phoenix_port}"
