@@ -134,7 +134,10 @@ class Export:
             self._tick()
 
     def _tick(self) -> None:
-        if self.refused is not None or self.stopped is not None or not _presence.supported():
+        if self.refused is not None:
+            self._say_refused()
+            return
+        if self.stopped is not None or not _presence.supported():
             return
         elected = self._elected()
         exporter = self.exporter
@@ -155,11 +158,7 @@ class Export:
         except ValueError as e:
             self.refused = str(e)
             self._drop_lock()
-            self.log.warning(
-                "edgemark: the OTLP settings cannot be used, the closed requests of %s are not exported: %s",
-                self.path,
-                e,
-            )
+            self._say_refused()
             return
         except OSError as e:
             self._drop_lock()
@@ -171,6 +170,16 @@ class Export:
             os.getpid(),
             self.path,
             self.exporter.url,
+        )
+
+    def _say_refused(self) -> None:
+        # Said when found and again at most once a minute while the server
+        # runs: the settings cannot change under it.
+        self.said.warn(
+            "export-refused",
+            "edgemark: the OTLP settings cannot be used, the closed requests of %s are not exported: %s",
+            self.path,
+            self.refused,
         )
 
     def _stop_exporter(self) -> dict:
